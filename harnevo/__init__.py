@@ -1,0 +1,3 @@
+"""harnevo: find agent harnesses by evolution."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,145 @@
+"""ALFWorld game sets: where they are, which splits and task families they hold, and seeded samples.
+
+Official games live in `$ALFWORLD_DATA/json_2.1.1/<split>/<task>-<params>/<trial>/game.tw-pddl`, as
+`alfworld-download` lays them out; harnevo's generated games use the same layout.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from harnevo.errors import DataNotFoundError, HarnevoError
+
+# short family name -> ALFWorld task type (the prefix of every game folder)
+FAMILIES: dict[str, str] = {
+    "pick": "pick_and_place_simple",
+    "look": "look_at_obj_in_light",
+    "clean": "pick_clean_then_place_in_recep",
+    "heat": "pick_heat_then_place_in_recep",
+    "cool": "pick_cool_then_place_in_recep",
+    "pick2": "pick_two_obj_and_place",
+}
+TASK_TYPE_TO_FAMILY = {v: k for k, v in FAMILIES.items()}
+GAME_FILE = "game.tw-pddl"
+HOW_TO_GET_DATA = ("get games with `alfworld-download` (sets $ALFWORLD_DATA), point --data or $ALFWORLD_DATA at "
+                   "the folder that holds json_2.1.1, or run `harnevo data generate`")
+
+
+@dataclass(frozen=True, order=True)
+class Game:
+    """One game file. `name` is `<task folder>/<trial>`, unique within a split."""
+
+    split: str
+    name: str
+    path: str
+    family: str
+
+    @property
+    def task_type(self) -> str:
+        return FAMILIES[self.family]
+
+
+def family_of(task_folder: str) -> str | None:
+    # longest task type first: no type is a prefix of another today, but be safe
+    for task_type in sorted(TASK_TYPE_TO_FAMILY, key=len, reverse=True):
+        if task_folder.startswith(task_type + "-") or task_folder == task_type:
+            return TASK_TYPE_TO_FAMILY[task_type]
+    return None
+
+
+def parse_families(spec: str | list[str] | None) -> list[str] | None:
+    """'heat,cool' -> ['heat', 'cool']; accepts short names and full task types."""
+    if spec is None or spec == "" or spec == []:
+        return None
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[str] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        fam = item if item in FAMILIES else TASK_TYPE_TO_FAMILY.get(item)
+        if fam is None:
+            raise HarnevoError(f"unknown task family {item!r}; known: {', '.join(FAMILIES)}")
+        if fam not in out:
+            out.append(fam)
+    return out or None
+
+
+def candidate_roots(data: str | os.PathLike | None = None) -> list[Path]:
+    """Where to look, in order: --data, then $ALFWORLD_DATA."""
+    roots: list[Path] = []
+    if data:
+        roots.append(Path(data).expanduser())
+    elif os.environ.get("ALFWORLD_DATA"):
+        roots.append(Path(os.environ["ALFWORLD_DATA"]).expanduser())
+    return roots
+
+
+def _json_dir(root: Path) -> Path:
+    return root if root.name == "json_2.1.1" else root / "json_2.1.1"
+
+
+def find_data_root(data: str | os.PathLike | None = None) -> Path | None:
+    """The first candidate root holding a json_2.1.1 folder, or None."""
+    for root in candidate_roots(data):
+        if _json_dir(root).is_dir():
+            return root
+    return None
+
+
+def scan_split(root: Path, split: str) -> list[Game]:
+    """Every game of one split, sorted by name. Unsolvable official games are kept out by ALFWorld's
+    own flag only when it says so (the file's `solvable` key is read lazily by the engine, not here)."""
+    split_dir = _json_dir(root) / split
+    games: list[Game] = []
+    if not split_dir.is_dir():
+        return games
+    for task_dir in sorted(split_dir.iterdir()):
+        fam = family_of(task_dir.name)
+        if fam is None or not task_dir.is_dir():
+            continue
+        if "movable" in task_dir.name or "Sliced" in task_dir.name:
+            continue  # ALFWorld does not support these in the text engine
+        for trial in sorted(task_dir.iterdir()):
+            game_file = trial / GAME_FILE
+            if game_file.is_file():
+                games.append(Game(split=split, name=f"{task_dir.name}/{trial.name}", path=str(game_file),
+                                  family=fam))
+    return games
+
+
+def list_splits(root: Path) -> list[str]:
+    j = _json_dir(root)
+    return sorted(p.name for p in j.iterdir() if p.is_dir()) if j.is_dir() else []
+
+
+def sample(games: list[Game], n: int | None, seed: int = 0) -> list[Game]:
+    """Sorted, then a seeded sample of n (all when n is None or >= len)."""
+    games = sorted(games)
+    if n is None or n >= len(games):
+        return games
+    rng = random.Random(seed)
+    return sorted(rng.sample(games, n))
+
+
+def load_games(split: str, *, data: str | os.PathLike | None = None, families: list[str] | None = None,
+               n: int | None = None, seed: int = 0, root: Path | None = None) -> list[Game]:
+    """The games of `split` (filtered by family, sampled with `seed`). Raises DataNotFoundError with
+    where it looked and how to get data when there are none."""
+    root = root or find_data_root(data)
+    if root is None:
+        looked = ", ".join(str(r) for r in candidate_roots(data)) or "no --data given and $ALFWORLD_DATA unset"
+        raise DataNotFoundError(f"no ALFWorld games found (looked in: {looked}); {HOW_TO_GET_DATA}")
+    games = scan_split(root, split)
+    if not games:
+        have = ", ".join(list_splits(root)) or "none"
+        raise DataNotFoundError(f"no games in split {split!r} under {_json_dir(root)} (splits there: {have}); "
+                                f"{HOW_TO_GET_DATA}")
+    if families:
+        games = [g for g in games if g.family in families]
+        if not games:
+            raise DataNotFoundError(f"split {split!r} under {_json_dir(root)} has no games of families "
+                                    f"{', '.join(families)}")
+    return sample(games, n, seed)
