@@ -143,3 +143,44 @@ def load_games(split: str, *, data: str | os.PathLike | None = None, families: l
             raise DataNotFoundError(f"split {split!r} under {_json_dir(root)} has no games of families "
                                     f"{', '.join(families)}")
     return sample(games, n, seed)
+
+
+GENERATED_SPLIT = "generated"
+DEFAULT_GENERATED_GAMES = 60
+DEFAULT_GENERATED_SEED = 0
+
+
+def generated_cache_root() -> Path:
+    """Where games generated for the embedded default live ($HARNEVO_CACHE or ~/.cache/harnevo)."""
+    base = Path(os.environ.get("HARNEVO_CACHE", Path.home() / ".cache" / "harnevo"))
+    return base / "games" / f"seed{DEFAULT_GENERATED_SEED}-n{DEFAULT_GENERATED_GAMES}"
+
+
+def ensure_generated(log=print) -> Path:
+    """The embedded default game set: generated once into the cache folder, reused after."""
+    root = generated_cache_root()
+    if scan_split(root, GENERATED_SPLIT):
+        return root
+    from harnevo.envs.generate import generate
+
+    log(f"no official ALFWorld data found: generating {DEFAULT_GENERATED_GAMES} synthetic games once into {root}")
+    generate(root, DEFAULT_GENERATED_GAMES, seed=DEFAULT_GENERATED_SEED, split=GENERATED_SPLIT,
+             workers=os.cpu_count() or 1)
+    return root
+
+
+def resolve_games(split: str | None, *, data: str | os.PathLike | None = None, families: list[str] | None = None,
+                  n: int | None = None, seed: int = 0, log=print) -> tuple[list[Game], str]:
+    """The games to play and where they come from ('official ALFWorld ...' or 'generated (synthetic) ...').
+
+    With no split: official valid_seen when official data is found, else the generated default set.
+    Split 'generated' without --data uses the generated default set."""
+    root = find_data_root(data)
+    if split is None:
+        split = "valid_seen" if root is not None else GENERATED_SPLIT
+    if root is None and split == GENERATED_SPLIT:
+        root = ensure_generated(log)
+    games = load_games(split, data=data, families=families, n=n, seed=seed, root=root)
+    synthetic = split == GENERATED_SPLIT or (Path(root) / "json_2.1.1" / split / "GENERATED").exists()
+    kind = "generated (synthetic) ALFWorld-format games" if synthetic else "official ALFWorld games"
+    return games, f"{kind} from {root}"

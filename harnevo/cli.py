@@ -1,0 +1,114 @@
+"""The `harnevo` command line: a thin typer app. It parses, calls the library and prints with rich.
+
+Heavy modules (litellm, textworld, torch) are imported inside commands, so `harnevo --help` is instant.
+Library errors (`HarnevoError`) become one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="harnevo: find agent harnesses by evolution, and apply them to frozen models.")
+data_app = typer.Typer(no_args_is_help=True, help="ALFWorld game data: check what is found, generate games.")
+harness_app = typer.Typer(no_args_is_help=True, help="Harness files: list the seeds, validate or show one.")
+app.add_typer(data_app, name="data")
+app.add_typer(harness_app, name="harness")
+
+
+def _parse_price(price: Optional[str]) -> Optional[tuple[float, float]]:
+    from harnevo.errors import HarnevoError
+
+    if price is None:
+        return None
+    try:
+        parts = [float(x) for x in price.split(",")]
+    except ValueError:
+        raise HarnevoError(f"--price {price!r}: expected 'PROMPT,COMPLETION' USD per million tokens") from None
+    if len(parts) == 1:
+        parts = parts * 2
+    if len(parts) != 2 or min(parts) < 0:
+        raise HarnevoError(f"--price {price!r}: expected 'PROMPT,COMPLETION' USD per million tokens")
+    return (parts[0], parts[1])
+
+
+@app.command()
+def apply(
+    harness: str = typer.Argument(..., help="a harness YAML file or the name of a seed (react, bpe_always_on, ...)"),
+    model: str = typer.Option("sim/bounded", "--model", "-m", help="sim/..., hf/<checkpoint dir>, or any litellm model"),
+    split: Optional[str] = typer.Option(None, help="game split (valid_seen, valid_unseen, train, ... or generated); "
+                                        "default valid_seen, or generated games when no official data is found"),
+    games: Optional[int] = typer.Option(None, "--games", "-n", help="play a seeded sample of N games (default all)"),
+    families: Optional[str] = typer.Option(None, help="task families, e.g. heat,cool (pick look clean heat cool pick2)"),
+    concurrency: int = typer.Option(4, "--concurrency", "-c", help="episodes in flight at once"),
+    out: Path = typer.Option(..., "--out", "-o", help="results folder (re-running into it resumes)"),
+    data: Optional[Path] = typer.Option(None, help="folder holding json_2.1.1 (default $ALFWORLD_DATA)"),
+    seed: int = typer.Option(0, help="seed of the game sample"),
+    samples: int = typer.Option(1, help="episodes per game (distinct samples when temperature > 0)"),
+    workers: Optional[int] = typer.Option(None, help="engine worker processes (default: one per core)"),
+    api_base: Optional[str] = typer.Option(None, help="base URL of an OpenAI-compatible server (vLLM, ...)"),
+    price: Optional[str] = typer.Option(None, help="USD per 1M tokens 'PROMPT,COMPLETION' for models litellm has no price for"),
+    budget_usd: Optional[float] = typer.Option(None, help="stop starting episodes once this spend would be passed"),
+    budget_tokens: Optional[int] = typer.Option(None, help="stop starting episodes once this many tokens would be passed"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="do not read or write the reply cache"),
+    cache: Optional[Path] = typer.Option(None, help="reply cache file (default ~/.cache/harnevo/replies.sqlite)"),
+    timeout: float = typer.Option(60.0, help="seconds per model call"),
+) -> None:
+    """Play ALFWorld games with MODEL under HARNESS and report how well it did."""
+    from harnevo.runtime.apply import ApplyOptions, run_apply
+
+    opts = ApplyOptions(harness=harness, model=model, split=split, games=games, families=families,
+                        concurrency=concurrency, out=out, data=data, seed=seed, samples=samples, workers=workers,
+                        api_base=api_base, price=_parse_price(price), budget_usd=budget_usd,
+                        budget_tokens=budget_tokens, cache=None if no_cache else (cache or "default"),
+                        timeout_s=timeout)
+    run_apply(opts)
+
+
+@data_app.command("check")
+def data_check(data: Optional[Path] = typer.Option(None, help="folder holding json_2.1.1 (default $ALFWORLD_DATA)")) -> None:
+    """Report the ALFWorld games found: games per split and family."""
+    from harnevo.report.console import print_data_check
+
+    print_data_check(data)
+
+
+@harness_app.command("list")
+def harness_list() -> None:
+    """The seed harnesses shipped with harnevo."""
+    from harnevo.harness.spec import load_harness, seed_names
+
+    for name in seed_names():
+        h = load_harness(name)
+        typer.echo(f"{name:16s} {h.id}  mode={h.mode:9s} guard={h.guard:18s} {h.description.split('.')[0]}")
+
+
+@harness_app.command("show")
+def harness_show(harness: str = typer.Argument(..., help="a harness YAML file or a seed name")) -> None:
+    """Validate a harness and print its canonical YAML with its id."""
+    from harnevo.harness.spec import load_harness
+
+    h = load_harness(harness)
+    typer.echo(f"# id: {h.id}")
+    typer.echo(h.to_yaml())
+
+
+def main() -> None:
+    from harnevo.errors import HarnevoError
+
+    try:
+        app()
+    except HarnevoError as e:
+        print(f"harnevo: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("harnevo: interrupted; finished episodes are saved, re-run the same command to resume",
+              file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""`harnevo apply`: resolve games, harness and model, run the evaluator with an engine pool, print."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harnevo.errors import HarnevoError
+
+
+@dataclass
+class ApplyOptions:
+    harness: str
+    model: str
+    out: Path
+    split: str | None = None
+    games: int | None = None
+    families: str | None = None
+    concurrency: int = 4
+    data: Path | None = None
+    seed: int = 0
+    samples: int = 1
+    workers: int | None = None
+    api_base: str | None = None
+    price: tuple[float, float] | None = None
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
+    cache: str | Path | None = "default"  # None: no cache
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise HarnevoError("--concurrency must be at least 1")
+        if self.games is not None and self.games < 1:
+            raise HarnevoError("--games must be at least 1")
+        if self.samples < 1:
+            raise HarnevoError("--samples must be at least 1")
+
+
+def default_cache_path() -> Path:
+    root = Path(os.environ.get("HARNEVO_CACHE", Path.home() / ".cache" / "harnevo"))
+    return root / "replies.sqlite"
+
+
+def run_apply(opts: ApplyOptions) -> dict[str, Any]:
+    from harnevo.envs.games import parse_families, resolve_games
+    from harnevo.harness.spec import load_harness
+    from harnevo.models import get_model
+    from harnevo.report.console import EpisodeProgress, print_summary
+
+    harness = load_harness(opts.harness)
+    families = parse_families(opts.families)
+    games, source = resolve_games(opts.split, data=opts.data, families=families, n=opts.games, seed=opts.seed)
+    cache = None
+    if opts.cache is not None and not opts.model.startswith("sim/"):
+        from harnevo.models.cache import ReplyCache
+
+        cache = ReplyCache(default_cache_path() if opts.cache == "default" else Path(opts.cache))
+    model = get_model(opts.model, api_base=opts.api_base, timeout_s=opts.timeout_s, price=opts.price, cache=cache)
+    budget = None
+    if opts.budget_usd is not None or opts.budget_tokens is not None:
+        from harnevo.models.cost import Budget
+
+        budget = Budget(usd=opts.budget_usd, tokens=opts.budget_tokens)
+    from harnevo.envs.alfworld import engine_versions
+
+    header = {"data_source": source, "games_requested": opts.games, "families": families,
+              "seed": opts.seed, "samples": opts.samples, "concurrency": opts.concurrency, **engine_versions()}
+    progress = EpisodeProgress(title=f"{harness.name} x {model.name}"
+                               f"{' (simulated)' if model.simulated else ''} on {games[0].split}",
+                               total=len(games) * opts.samples)
+    result = asyncio.run(_run(harness, model, games, opts, header, budget, progress))
+    print_summary(result.summary, out=opts.out)
+    return result.summary
+
+
+async def _run(harness, model, games, opts: ApplyOptions, header, budget, progress):
+    from harnevo.envs.alfworld import EnginePool
+    from harnevo.runtime.evaluate import evaluate
+
+    try:
+        with progress:
+            async with EnginePool(workers=opts.workers) as pool:
+                return await evaluate(harness, model, games, pool, out=opts.out, concurrency=opts.concurrency,
+                                      samples=opts.samples, header=header, budget=budget,
+                                      on_episode=progress.update)
+    finally:
+        await model.aclose()
