@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harnevo.envs.games import FAMILIES
 
-console = Console(stderr=False)
+console = Console(stderr=False, width=None if sys.stdout.isatty() else 120)
 
 
 def describe(summary: dict[str, Any]) -> str:
@@ -60,7 +61,8 @@ class EpisodeProgress:
 
 
 def print_summary(summary: dict[str, Any], *, out: Path | None = None) -> None:
-    table = Table(title=describe(summary), title_justify="left")
+    console.print(escape(describe(summary)), soft_wrap=True)
+    table = Table()
     table.add_column("family")
     table.add_column("games", justify="right")
     table.add_column("success", justify="right")

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harnevo.envs.games import Game
-from harnevo.errors import HarnevoError
+from harnevo.errors import BudgetExhausted, HarnevoError
 from harnevo.harness.experience import ExperienceBank
 from harnevo.harness.spec import Harness
 from harnevo.models.base import Model
+from harnevo.models.cost import Budget, spend_of
 from harnevo.runtime.episode import EngineLike, HarnessProgram, run_episode
 from harnevo.runtime.summary import summarize
 from harnevo.runtime.trajectory import Trajectory, episode_key
@@ -105,14 +106,41 @@ class EvalResult:
 OnEpisode = Callable[[Trajectory, int, int], None]  # (trajectory, finished so far, total)
 
 
+class BudgetedModel:
+    """A model whose every call is reserved against a `Budget` first. Once the settled spend plus the
+    calls in flight reach the limit, the next call raises BudgetExhausted: the episode making it is
+    abandoned (not recorded, so a later run with more budget plays it), and so the spend can pass the
+    limit by at most the calls that were already in flight."""
+
+    def __init__(self, inner: Model, budget: Budget):
+        self.inner, self.budget = inner, budget
+        self.name, self.simulated = inner.name, inner.simulated
+
+    async def complete(self, messages, **kw):
+        estimate = self.budget.estimate()
+        if self.budget.would_exceed(estimate):
+            raise BudgetExhausted("the budget is reached")
+        reservation = self.budget.reserve(estimate)
+        try:
+            reply = await self.inner.complete(messages, **kw)
+        except BaseException:
+            self.budget.release(reservation)
+            raise
+        self.budget.settle(reservation, spend_of(reply))
+        return reply
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 async def evaluate(harness: Harness, model: Model, games: list[Game], engine: EngineLike, *,
                    out: str | os.PathLike, concurrency: int = 4, samples: int = 1,
-                   header: dict[str, Any] | None = None, budget: Any = None,
+                   header: dict[str, Any] | None = None, budget: Budget | None = None,
                    on_episode: OnEpisode | None = None) -> EvalResult:
     """Play every (game, sample) not already in `out`, then write summary.json over all of them.
 
-    `budget` (optional) has `can_start() -> bool`, `start()`, `settle(cost_usd, tokens)`: no new
-    episode starts once it says no; episodes in flight finish."""
+    With a `budget`, no episode starts once it is reached, and an episode whose next call would pass
+    it is abandoned unrecorded (see BudgetedModel); the summary says the run stopped at the budget."""
     if concurrency < 1:
         raise HarnevoError("--concurrency must be at least 1")
     results = ResultsDir(out)
@@ -131,19 +159,21 @@ async def evaluate(harness: Harness, model: Model, games: list[Game], engine: En
     skipped = len(finished)
     sem = asyncio.Semaphore(concurrency)
     stopped = False
+    if budget is not None:
+        model = BudgetedModel(model, budget)
     t0 = time.perf_counter()
 
     async def one(game: Game, sample: int) -> None:
         nonlocal stopped
         async with sem:
-            if budget is not None:
-                if stopped or not budget.can_start():
-                    stopped = True
-                    return
-                budget.start()
-            traj = await run_episode(program, model, engine, game, sample=sample, bank=bank)
-            if budget is not None:
-                budget.settle(traj.cost_usd, traj.prompt_tokens + traj.completion_tokens)
+            if stopped or (budget is not None and budget.would_exceed(budget.estimate())):
+                stopped = True
+                return
+            try:
+                traj = await run_episode(program, model, engine, game, sample=sample, bank=bank)
+            except BudgetExhausted:
+                stopped = True
+                return
             results.append(traj)
             if bank is not None:
                 bank.save()
@@ -164,6 +194,8 @@ async def evaluate(harness: Harness, model: Model, games: list[Game], engine: En
     summary["episodes_resumed"] = skipped
     summary["complete"] = len(finished) == total
     summary["stopped_by_budget"] = stopped
+    if budget is not None:
+        summary["budget"] = budget.snapshot()
     results.write_summary(summary)
     return EvalResult(summary=summary, trajectories=finished, played=len(finished) - skipped, skipped=skipped,
                       stopped_by_budget=stopped)
