@@ -56,6 +56,8 @@ def apply(
     no_cache: bool = typer.Option(False, "--no-cache", help="do not read or write the reply cache"),
     cache: Optional[Path] = typer.Option(None, help="reply cache file (default ~/.cache/harnevo/replies.sqlite)"),
     timeout: float = typer.Option(60.0, help="seconds per model call"),
+    max_steps: Optional[int] = typer.Option(None, help="override the harness's step budget (gives a derived harness id)"),
+    max_tokens: Optional[int] = typer.Option(None, help="override the harness's reply length in tokens"),
 ) -> None:
     """Play ALFWorld games with MODEL under HARNESS and report how well it did."""
     from harnevo.runtime.apply import ApplyOptions, run_apply
@@ -64,7 +66,7 @@ def apply(
                         concurrency=concurrency, out=out, data=data, seed=seed, samples=samples, workers=workers,
                         api_base=api_base, price=_parse_price(price), budget_usd=budget_usd,
                         budget_tokens=budget_tokens, cache=None if no_cache else (cache or "default"),
-                        timeout_s=timeout)
+                        timeout_s=timeout, max_steps=max_steps, max_tokens=max_tokens)
     run_apply(opts)
 
 

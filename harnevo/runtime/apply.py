@@ -30,6 +30,8 @@ class ApplyOptions:
     budget_tokens: int | None = None
     cache: str | Path | None = "default"  # None: no cache
     timeout_s: float = 60.0
+    max_steps: int | None = None  # override the harness's step budget (a derived harness, own id)
+    max_tokens: int | None = None  # override the harness's reply length
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -52,6 +54,10 @@ def run_apply(opts: ApplyOptions) -> dict[str, Any]:
     from harnevo.report.console import EpisodeProgress, print_summary
 
     harness = load_harness(opts.harness)
+    if opts.max_steps is not None:
+        harness = harness.evolve(budget={"max_steps": opts.max_steps})
+    if opts.max_tokens is not None:
+        harness = harness.evolve(model={"max_tokens": opts.max_tokens})
     families = parse_families(opts.families)
     games, source = resolve_games(opts.split, data=opts.data, families=families, n=opts.games, seed=opts.seed)
     cache = None
@@ -67,7 +73,7 @@ def run_apply(opts: ApplyOptions) -> dict[str, Any]:
         budget = Budget(usd=opts.budget_usd, tokens=opts.budget_tokens)
     from harnevo.envs.alfworld import engine_versions
 
-    header = {"data_source": source, "games_requested": opts.games, "families": families,
+    header = {"data_source": source, "priced": bool(getattr(model, "priced", False)), "games_requested": opts.games, "families": families,
               "seed": opts.seed, "samples": opts.samples, "concurrency": opts.concurrency, **engine_versions()}
     progress = EpisodeProgress(title=f"{harness.name} x {model.name}"
                                f"{' (simulated)' if model.simulated else ''} on {games[0].split}",
