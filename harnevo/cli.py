@@ -78,6 +78,47 @@ def data_check(data: Optional[Path] = typer.Option(None, help="folder holding js
     print_data_check(data)
 
 
+@data_app.command("generate")
+def data_generate(
+    out: Path = typer.Option(..., "--out", "-o", help="folder to write json_2.1.1/<split>/... into"),
+    games: int = typer.Option(120, "--games", "-n", help="games to write, spread evenly over the families"),
+    families: Optional[str] = typer.Option(None, help="task families, e.g. heat,cool (default all six)"),
+    seed: int = typer.Option(0, help="same seed, same games, byte for byte"),
+    scenes: Optional[str] = typer.Option(None, help="FloorPlan numbers to use, e.g. 1,2,301 (default all)"),
+    split: str = typer.Option("generated", help="split folder name"),
+    held_out: int = typer.Option(0, help="also write N games of an 'unseen' split on scenes the first split never uses"),
+    workers: Optional[int] = typer.Option(None, help="processes checking games in the engine (default: cores)"),
+) -> None:
+    """Write new, engine-checked ALFWorld games (synthetic: harnevo's generator, not official data)."""
+    import os
+
+    from harnevo.envs.generate import generate, generate_held_out
+    from harnevo.errors import HarnevoError
+
+    try:
+        scene_list = [int(x) for x in scenes.split(",")] if scenes else None
+    except ValueError:
+        raise HarnevoError(f"--scenes {scenes!r}: expected FloorPlan numbers like 1,2,301") from None
+    n_workers = workers or os.cpu_count() or 1
+    typer.echo(f"generating {games} synthetic ALFWorld games (seed {seed}) into {out} ...")
+    if held_out:
+        if scene_list:
+            raise HarnevoError("--held-out chooses the scenes itself; drop --scenes")
+        reports = generate_held_out(out, games, held_out, seed=seed, families=families, workers=n_workers,
+                                    splits=(split, "unseen"))
+    else:
+        reports = (generate(out, games, families=families, seed=seed, scenes=scene_list, split=split,
+                            workers=n_workers),)
+    for r in reports:
+        fams = ", ".join(f"{k} {v}" for k, v in sorted(r.families.items()))
+        typer.echo(f"{r.split}: {r.games}/{r.requested} games ({fams}) in {r.seconds:.0f}s; "
+                   f"discarded {r.n_discarded} draws ({100 * r.discard_rate:.1f}%: "
+                   f"{', '.join(f'{k} {v}' for k, v in sorted(r.discards.items())) or 'none'}); "
+                   f"scenes {len(r.scenes)}")
+        if r.games < r.requested:
+            raise HarnevoError(f"{r.split}: only {r.games} of {r.requested} games could be generated")
+
+
 @harness_app.command("list")
 def harness_list() -> None:
     """The seed harnesses shipped with harnevo."""

@@ -161,6 +161,10 @@ def ensure_generated(log=print) -> Path:
     root = generated_cache_root()
     if scan_split(root, GENERATED_SPLIT):
         return root
+    if (_json_dir(root) / GENERATED_SPLIT).exists():  # an interrupted earlier generation: start again
+        import shutil
+
+        shutil.rmtree(_json_dir(root) / GENERATED_SPLIT)
     from harnevo.envs.generate import generate
 
     log(f"no official ALFWorld data found: generating {DEFAULT_GENERATED_GAMES} synthetic games once into {root}")
@@ -181,6 +185,8 @@ def resolve_games(split: str | None, *, data: str | os.PathLike | None = None, f
     if root is None and split == GENERATED_SPLIT:
         root = ensure_generated(log)
     games = load_games(split, data=data, families=families, n=n, seed=seed, root=root)
-    synthetic = split == GENERATED_SPLIT or (Path(root) / "json_2.1.1" / split / "GENERATED").exists()
+    from harnevo.envs.generate import read_manifest
+
+    synthetic = read_manifest(_json_dir(Path(root)) / split) is not None
     kind = "generated (synthetic) ALFWorld-format games" if synthetic else "official ALFWorld games"
     return games, f"{kind} from {root}"
