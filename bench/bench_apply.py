@@ -7,6 +7,9 @@
    its step cache off (fork only), to show where the gain comes from.
 2. `sim/latency?ms=200` (sim/bounded answering after a fixed 200 ms) under `bpe_always_on` at
    concurrency 1, 4 and 16 on games already played once.
+3. Cache-hit replay: episodes played through litellm against a local OpenAI-compatible server
+   (tests/fake_openai_server.py, replies from a lapse-free sim/bounded), then the same evaluation
+   replayed from the reply cache: episodes per second, and the HTTP requests the replay made (0).
 
     python bench/bench_apply.py [--data DIR] [--games 8] [--latency-games 16]
 """
@@ -106,6 +109,30 @@ async def latency_runs(games, levels) -> dict[int, float]:
     return out
 
 
+async def cache_replay(games, tmp: Path) -> tuple[float, float, int]:
+    """(first run episodes/s, replay episodes/s, requests made by the replay)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from fake_openai_server import TEST_API_KEY, FakeOpenAIServer
+
+    from harnevo.models.cache import ReplyCache
+    from harnevo.runtime.evaluate import evaluate
+
+    agent = get_model("sim/bounded?lapse=0&knowledge=1&forget_per_1k=0")
+    os.environ["OPENAI_API_KEY"] = TEST_API_KEY
+    harness = load_harness("react")
+    rates = []
+    with FakeOpenAIServer(reply=lambda m: asyncio.run(agent.complete(m)).text) as srv:
+        async with A.EnginePool() as pool:
+            for run in ("first", "replay"):
+                before = srv.requests
+                model = get_model("openai/bench", api_base=srv.url, cache=ReplyCache(tmp / "replies.sqlite"))
+                t0 = time.perf_counter()
+                await evaluate(harness, model, games, pool, out=tmp / run, concurrency=8)
+                rates.append(len(games) / (time.perf_counter() - t0))
+                await model.aclose()
+            return rates[0], rates[1], srv.requests - before
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
@@ -129,6 +156,14 @@ def main() -> None:
     print(f"{len(lat_games)} {args.split} games, harness bpe_always_on, sim/latency?ms=200 [simulated]:")
     for c, r in rates.items():
         print(f"  concurrency {c:2d}: {r:6.2f} episodes/s  ({r / rates[1]:4.1f}x concurrency 1)")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        first, replay, requests = asyncio.run(cache_replay(games, Path(tmp)))
+    print(f"{len(games)} {args.split} games, harness react, openai/bench via litellm against a local server "
+          f"(scripted sim replies):")
+    print(f"  first run {first:6.2f} episodes/s; replay from the reply cache {replay:8.2f} episodes/s "
+          f"({requests} HTTP requests)")
 
 
 if __name__ == "__main__":

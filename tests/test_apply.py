@@ -119,3 +119,17 @@ def test_help_is_fast():
                         "bad = [m for m in ('litellm', 'textworld', 'torch', 'alfworld') if m in sys.modules]; "
                         "print(bad); sys.exit(bool(bad))"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+
+
+def test_apply_falls_back_to_generated_games(tmp_path, monkeypatch):
+    """With no official data, apply plays the generated default set (generated once into the cache
+    folder, reused after) and says so. The set is pre-filled with a few games here to keep it short."""
+    from harnevo.envs.games import GENERATED_SPLIT, generated_cache_root
+    from harnevo.envs.generate import generate
+
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setenv("HARNEVO_CACHE", str(tmp_path / "cache"))
+    generate(generated_cache_root(), 3, families=["pick", "heat", "look"], seed=5, split=GENERATED_SPLIT)
+    summary = run_apply(ApplyOptions(harness="react", model="sim/bounded", out=tmp_path / "gen", workers=1))
+    assert summary["split"] == GENERATED_SPLIT and summary["games"] == 3
+    assert summary["data_source"].startswith("generated (synthetic)")

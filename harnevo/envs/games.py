@@ -158,8 +158,10 @@ def generated_cache_root() -> Path:
 
 def ensure_generated(log=print) -> Path:
     """The embedded default game set: generated once into the cache folder, reused after."""
+    from harnevo.envs.generate import read_manifest
+
     root = generated_cache_root()
-    if scan_split(root, GENERATED_SPLIT):
+    if read_manifest(_json_dir(root) / GENERATED_SPLIT) is not None and scan_split(root, GENERATED_SPLIT):
         return root
     if (_json_dir(root) / GENERATED_SPLIT).exists():  # an interrupted earlier generation: start again
         import shutil
