@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harnevo.envs import alfworld as A  # noqa: E402
+from harnevo.envs.pool import EnginePool  # noqa: E402
 from harnevo.envs.games import load_games  # noqa: E402
 from harnevo.harness.spec import load_harness  # noqa: E402
 from harnevo.models import get_model  # noqa: E402
@@ -80,7 +81,7 @@ async def loop_replay(games, *, step_cache: int, concurrency: int = 8) -> tuple[
             t = await run_episode(program, WalkthroughAgent(walkthrough(g)), pool, g)
             assert t.success, (g.name, t.reason)
 
-    async with A.EnginePool(step_cache=step_cache) as pool:
+    async with EnginePool(step_cache=step_cache) as pool:
         t0 = time.perf_counter()
         await asyncio.gather(*(one(pool, g) for g in games))
         first = len(games) / (time.perf_counter() - t0)
@@ -94,7 +95,7 @@ async def latency_runs(games, levels) -> dict[int, float]:
     program = HarnessProgram(load_harness("bpe_always_on"))
     model = get_model("sim/latency?ms=200")
     out = {}
-    async with A.EnginePool() as pool:
+    async with EnginePool() as pool:
         await asyncio.gather(*(run_episode(program, model, pool, g) for g in games))  # warm the workers
         for c in levels:
             sem = asyncio.Semaphore(c)
@@ -122,7 +123,7 @@ async def cache_replay(games, tmp: Path) -> tuple[float, float, int]:
     harness = load_harness("react")
     rates = []
     with FakeOpenAIServer(reply=lambda m: asyncio.run(agent.complete(m)).text) as srv:
-        async with A.EnginePool() as pool:
+        async with EnginePool() as pool:
             for run in ("first", "replay"):
                 before = srv.requests
                 model = get_model("openai/bench", api_base=srv.url, cache=ReplyCache(tmp / "replies.sqlite"))

@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from harnevo.envs import alfworld as A  # noqa: E402
+from harnevo.envs.pool import EnginePool  # noqa: E402
 from harnevo.envs.games import scan_split  # noqa: E402
 
 
@@ -97,7 +98,7 @@ def memo_steps(games: list[tuple[str, list[str]]]) -> list[float]:
     return steps
 
 
-async def play(pool: A.EnginePool, path: str, walk: list[str]) -> tuple[float, list[float]]:
+async def play(pool: EnginePool, path: str, walk: list[str]) -> tuple[float, list[float]]:
     ep = await pool.new_episode(path)
     walls = []
     obs = ep.first
@@ -114,7 +115,7 @@ async def play(pool: A.EnginePool, path: str, walk: list[str]) -> tuple[float, l
 async def pooled(games, repeats: int, workers: int | None, step_cache: int, parse_memo: bool) -> dict:
     out: dict = {}
     t = time.perf_counter()
-    async with A.EnginePool(workers, step_cache=step_cache, parse_memo=parse_memo) as pool:
+    async with EnginePool(workers, step_cache=step_cache, parse_memo=parse_memo) as pool:
         out["startup"] = time.perf_counter() - t
         t = time.perf_counter()
         await asyncio.gather(*(play(pool, p, w) for p, w in games))  # first play: resets in the workers

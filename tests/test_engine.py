@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harnevo.envs.alfworld import EngineEpisode, EngineError, EnginePool, Observation
+from harnevo.envs.alfworld import Observation
+from harnevo.envs.pool import EngineEpisode, EngineError, EnginePool
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "alfworld"
 SPLIT = DATA / "json_2.1.1" / "valid_seen"
@@ -221,7 +222,7 @@ def test_expert_plan_step_cache_and_clean_close():
 def test_keyboard_interrupt_leaves_no_process(tmp_path):
     script = textwrap.dedent(f"""
         import asyncio, json, sys
-        from harnevo.envs.alfworld import EnginePool
+        from harnevo.envs.pool import EnginePool
         async def main():
             async with EnginePool(1) as pool:
                 ep = await pool.new_episode({_games()[0]!r})

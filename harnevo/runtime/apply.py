@@ -84,7 +84,7 @@ def run_apply(opts: ApplyOptions) -> dict[str, Any]:
 
 
 async def _run(harness, model, games, opts: ApplyOptions, header, budget, progress):
-    from harnevo.envs.alfworld import EnginePool
+    from harnevo.envs.pool import EnginePool
     from harnevo.runtime.evaluate import evaluate
 
     try:

@@ -80,7 +80,7 @@ async def run_episode(program: HarnessProgram, model: Model, engine: EngineLike,
 
 async def _play(program: HarnessProgram, model: Model, engine: EngineLike, game: Game, traj: Trajectory, *,
                 sample: int, bank: ExperienceBank | None) -> None:
-    from harnevo.envs.alfworld import EngineError
+    from harnevo.envs.pool import EngineError
 
     h = program.harness
     try:
