@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harnevo.envs.alfworld import (EXPERT_TYPES, Observation, _drain_learned, _Timeout, _warm_parse_memo,
-                                   install_parse_memo, make_env, preload, reset, step)
+                                   enable_parse_cache, make_env, preload, reset, step)
 from harnevo.errors import HarnevoError
 
 
@@ -157,7 +157,7 @@ def _worker_main() -> None:
     try:
         preload()  # import the engine before "ready": resets are then timed alone
         if cfg["parse_memo"]:
-            install_parse_memo()
+            enable_parse_cache()  # the parse memo, and the PDDL translation shared by load and reset
     except Exception as exc:
         chan.send({"op": "fatal", "error": _one_line(exc)})
         os._exit(1)
@@ -334,7 +334,7 @@ class EnginePool:
     Observation carry the expert's next action in `expert_plan` (slower steps). `step_timeout_s`
     bounds one step; a reset gets max(60 s, step_timeout_s). `step_cache` (entries, a few KB each; 0 turns it off) memoises
     observations by (game, action history) so prefixes already played cost nothing; it returns exactly
-    what the engine returns (checked again whenever the engine replays a cached prefix). `parse_memo` makes steps cheaper, also exactly (see `install_parse_memo`). The handcoded
+    what the engine returns (checked again whenever the engine replays a cached prefix). `parse_memo` makes steps and resets cheaper, also exactly (see `enable_parse_cache`). The handcoded
     expert's random choices are seeded, so with `expert` set an episode is reproducible too.
     Use as `async with EnginePool() as pool: ep = await pool.new_episode(path)`.
     """
