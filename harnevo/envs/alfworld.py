@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 EXPERT_TYPES = ("handcoded", "planner")
 
@@ -104,44 +104,51 @@ class _Timeout(Exception):
     pass
 
 
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise _Timeout in the main thread after `seconds` of wall clock (SIGALRM; call from a main thread)."""
+
+    def on_alarm(signum, frame):
+        raise _Timeout(f"timed out after {seconds:g} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def solve_with_expert(game_file: str, *, expert: str = "handcoded", max_steps: int = 50,
                       timeout_s: float = 60.0) -> list[str] | None:
     """Let ALFWorld's expert play the game; its winning action list, or None when it fails, gets
     stuck or runs past `timeout_s` (wall clock, enforced with SIGALRM: call from a main thread)."""
-
-    def on_alarm(signum, frame):
-        raise _Timeout()
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
     env = None
     try:
-        env = make_env(game_file, expert=expert, admissible=True)
-        obs = reset(env)
-        actions: list[str] = []
-        for _ in range(max_steps):
-            if not obs.expert_plan:
-                return None
-            action = obs.expert_plan[0]
-            obs = step(env, action)
-            actions.append(action)
-            if obs.won:
-                return actions
-            if obs.done:
-                return None
-        return None
+        with deadline(timeout_s):
+            env = make_env(game_file, expert=expert, admissible=True)
+            obs = reset(env)
+            actions: list[str] = []
+            for _ in range(max_steps):
+                if not obs.expert_plan:
+                    return None
+                action = obs.expert_plan[0]
+                obs = step(env, action)
+                actions.append(action)
+                if obs.won:
+                    return actions
+                if obs.done:
+                    return None
+            return None
     except _Timeout:
         return None
     except Exception:  # the expert raises on games it cannot handle: that is "not solved"
         return None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
         if env is not None:
-            try:
+            with suppress(Exception):
                 env.close()
-            except Exception:
-                pass
 
 
 def engine_versions() -> dict[str, str]:
@@ -355,24 +362,16 @@ def check_game(game_file: str, plans: list[list[str]] | tuple = (), *, max_steps
                               "expert_actions": None, "expert_error": "", "planner_actions": None,
                               "planner_error": ""}
 
-    def on_alarm(signum, frame):
-        raise _Timeout()
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, wall_timeout_s)
-    env = None
     try:
-        env = make_env(game_file, expert="handcoded", admissible=True)
-        obs0 = reset(env)
+        with deadline(wall_timeout_s):
+            env = make_env(game_file, expert="handcoded", admissible=True)
+            obs0 = reset(env)
     except _Timeout:
         result["error"] = "load timeout"
         return result
     except Exception as e:  # a game the engine cannot load
         result["error"] = f"load: {type(e).__name__}: {e}"[:500]
         return result
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
     result["loaded"] = True
 
     def play(actions: list[str]) -> dict[str, Any]:

@@ -37,11 +37,11 @@ import time
 import traceback
 import weakref
 from collections import OrderedDict, deque
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from harnevo.envs.alfworld import (EXPERT_TYPES, Observation, _drain_learned, _Timeout, _warm_parse_memo,
+from harnevo.envs.alfworld import (EXPERT_TYPES, Observation, _drain_learned, _warm_parse_memo, deadline,
                                    enable_parse_cache, make_env, preload, reset, step)
 from harnevo.errors import HarnevoError
 
@@ -95,22 +95,6 @@ class _Channel:
         line, _, rest = self._buf.partition(b"\n")
         self._buf = bytearray(rest)
         return json.loads(line)
-
-
-@contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """Raise _Timeout in the main thread after `seconds` of wall clock (SIGALRM)."""
-
-    def on_alarm(signum, frame):
-        raise _Timeout(f"timed out after {seconds:g} s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # ----------------------------------------------------------------------------- worker process side
@@ -192,7 +176,7 @@ def _worker_loop(chan: _Channel, cfg: dict[str, Any], children: set[int]) -> Non
         if entry is None:
             t0 = time.perf_counter()
             try:
-                with _deadline(cfg["reset_timeout_s"]):
+                with deadline(cfg["reset_timeout_s"]):
                     random.seed(0)  # ALFWorld's handcoded expert draws from `random`: make it reproducible
                     env = make_env(path, expert=cfg["expert"])
                     entry = (env, reset(env))
