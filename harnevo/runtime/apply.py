@@ -73,8 +73,9 @@ def run_apply(opts: ApplyOptions) -> dict[str, Any]:
         budget = Budget(usd=opts.budget_usd, tokens=opts.budget_tokens)
     from harnevo.envs.alfworld import engine_versions
 
-    header = {"data_source": source, "priced": bool(getattr(model, "priced", False)), "games_requested": opts.games, "families": families,
-              "seed": opts.seed, "samples": opts.samples, "concurrency": opts.concurrency, **engine_versions()}
+    header = {"data_source": source, "priced": bool(getattr(model, "priced", False)),
+              "games_requested": opts.games, "families": families, "seed": opts.seed, "samples": opts.samples,
+              "concurrency": opts.concurrency, **engine_versions()}
     progress = EpisodeProgress(title=f"{harness.name} x {model.name}"
                                f"{' (simulated)' if model.simulated else ''} on {games[0].split}",
                                total=len(games) * opts.samples)
