@@ -213,3 +213,18 @@ def test_always_on_panels_render():
     panels = ws.panels("always_on")
     assert panels["belief"].startswith("location: start") and "[todo] find apple" in panels["progress"]
     assert ws.panels("env_only")["belief"] == ""
+
+
+def test_family_filter_and_seeded_sample(alfworld_data):
+    from harnevo.envs.games import load_games, parse_families
+    from harnevo.errors import HarnevoError
+
+    assert parse_families("heat, cool,heat") == ["heat", "cool"]
+    assert parse_families("pick_two_obj_and_place") == ["pick2"]
+    with pytest.raises(HarnevoError, match="unknown task family 'boil'"):
+        parse_families("heat,boil")
+    heat_cool = load_games("valid_seen", data=alfworld_data, families=["heat", "cool"])
+    assert len(heat_cool) == 16 + 25 and {g.family for g in heat_cool} == {"heat", "cool"}
+    a = load_games("valid_seen", data=alfworld_data, n=10, seed=4)
+    assert a == load_games("valid_seen", data=alfworld_data, n=10, seed=4) == sorted(a)
+    assert a != load_games("valid_seen", data=alfworld_data, n=10, seed=5)
