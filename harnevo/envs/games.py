@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harnevo.errors import DataNotFoundError, HarnevoError
+from harnevo.files import cache_root
 
 # short family name -> ALFWorld task type (the prefix of every game folder)
 FAMILIES: dict[str, str] = {
@@ -81,6 +82,15 @@ def _json_dir(root: Path) -> Path:
     return root if root.name == "json_2.1.1" else root / "json_2.1.1"
 
 
+def require_data_root(data: str | os.PathLike | None = None) -> Path:
+    """`find_data_root`, or a DataNotFoundError saying where it looked and how to get data."""
+    root = find_data_root(data)
+    if root is None:
+        looked = ", ".join(str(r) for r in candidate_roots(data)) or "no --data given and $ALFWORLD_DATA unset"
+        raise DataNotFoundError(f"no ALFWorld games found (looked in: {looked}); {HOW_TO_GET_DATA}")
+    return root
+
+
 def find_data_root(data: str | os.PathLike | None = None) -> Path | None:
     """The first candidate root holding a json_2.1.1 folder, or None."""
     for root in candidate_roots(data):
@@ -128,10 +138,7 @@ def load_games(split: str, *, data: str | os.PathLike | None = None, families: l
                n: int | None = None, seed: int = 0, root: Path | None = None) -> list[Game]:
     """The games of `split` (filtered by family, sampled with `seed`). Raises DataNotFoundError with
     where it looked and how to get data when there are none."""
-    root = root or find_data_root(data)
-    if root is None:
-        looked = ", ".join(str(r) for r in candidate_roots(data)) or "no --data given and $ALFWORLD_DATA unset"
-        raise DataNotFoundError(f"no ALFWorld games found (looked in: {looked}); {HOW_TO_GET_DATA}")
+    root = root or require_data_root(data)
     games = scan_split(root, split)
     if not games:
         have = ", ".join(list_splits(root)) or "none"
@@ -152,8 +159,7 @@ DEFAULT_GENERATED_SEED = 0
 
 def generated_cache_root() -> Path:
     """Where games generated for the embedded default live ($HARNEVO_CACHE or ~/.cache/harnevo)."""
-    base = Path(os.environ.get("HARNEVO_CACHE", Path.home() / ".cache" / "harnevo"))
-    return base / "games" / f"seed{DEFAULT_GENERATED_SEED}-n{DEFAULT_GENERATED_GAMES}"
+    return cache_root() / "games" / f"seed{DEFAULT_GENERATED_SEED}-n{DEFAULT_GENERATED_GAMES}"
 
 
 def ensure_generated(log=print) -> Path:

@@ -1,16 +1,17 @@
 """The ExperienceBank: lessons that persist across episodes, stored as one JSON file beside the run.
 
 Edits are add / update / merge / delete; the bank holds at most `size` lessons (the least used and
-oldest go first). Writes are atomic (temp file + os.replace)."""
+oldest go first). Writes are atomic (`harnevo.files.atomic_write`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from harnevo.files import atomic_write
 
 SCHEMA_VERSION = 1
 
@@ -115,9 +116,5 @@ class ExperienceBank:
     def save(self) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"schema": SCHEMA_VERSION, "size": self.size, "lessons": [asdict(l) for l in self.lessons]}
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".experience.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=1)
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(payload, indent=1))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harnevo.errors import HarnevoError
+from harnevo.files import cache_root
 
 
 @dataclass
@@ -43,8 +43,7 @@ class ApplyOptions:
 
 
 def default_cache_path() -> Path:
-    root = Path(os.environ.get("HARNEVO_CACHE", Path.home() / ".cache" / "harnevo"))
-    return root / "replies.sqlite"
+    return cache_root() / "replies.sqlite"
 
 
 def run_apply(opts: ApplyOptions) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from harnevo.envs.games import Game
 from harnevo.errors import BudgetExhausted, HarnevoError
+from harnevo.files import atomic_write
 from harnevo.harness.experience import ExperienceBank
 from harnevo.harness.spec import Harness
 from harnevo.models.base import Model
@@ -52,8 +53,8 @@ class ResultsDir:
                 if old.get(k) not in (None, identity[k]):
                     raise HarnevoError(f"{self.path} holds an evaluation with {k}={old.get(k)!r}, not "
                                        f"{identity[k]!r}; choose another --out")
-        _atomic_write(run_file, json.dumps(identity, indent=2))
-        _atomic_write(self.path / "harness.yaml", harness.to_yaml())
+        atomic_write(run_file, json.dumps(identity, indent=2))
+        atomic_write(self.path / "harness.yaml", harness.to_yaml())
 
     def load(self) -> dict[str, Trajectory]:
         """Finished episodes by key. A torn last line (killed mid-write) is cut off."""
@@ -84,13 +85,7 @@ class ResultsDir:
             os.fsync(f.fileno())
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        _atomic_write(self.path / SUMMARY, json.dumps(summary, indent=2))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+        atomic_write(self.path / SUMMARY, json.dumps(summary, indent=2))
 
 
 @dataclass
@@ -151,9 +146,8 @@ async def evaluate(harness: Harness, model: Model, games: list[Game], engine: En
     bank = ExperienceBank(results.path / EXPERIENCE, size=harness.memory.experience_bank_size) \
         if harness.memory.experience else None
     program = HarnessProgram(harness)
-    todo = [(g, s) for g in games for s in range(samples)
-            if episode_key(harness.id, model.name, g.split, g.name, s) not in done]
-    wanted = {episode_key(harness.id, model.name, g.split, g.name, s) for g in games for s in range(samples)}
+    wanted = {episode_key(harness.id, model.name, g.split, g.name, s): (g, s) for g in games for s in range(samples)}
+    todo = [gs for k, gs in wanted.items() if k not in done]
     finished = [t for k, t in done.items() if k in wanted]
     total = len(wanted)
     skipped = len(finished)
