@@ -24,6 +24,11 @@ _NOT_CARRY = re.compile(r"You are not carrying anything\.")
 _STATE_WORD = {"heat": "hot", "cool": "cool", "clean": "clean"}
 
 
+def object_type(name: str) -> str:
+    """'apple 1' -> 'apple'; a name without a number is its own type."""
+    return name.rsplit(" ", 1)[0] if name and name[-1].isdigit() else name
+
+
 def split_items(text: str) -> list[str]:
     """'a apple 1, a bread 2, and a cup 1' -> ['apple 1', 'bread 2', 'cup 1']; 'nothing' -> []."""
     text = text.strip()
@@ -78,7 +83,7 @@ class Belief:
             obj, rec = m.groups()
             if obj not in self.holding:
                 self.holding.append(obj)
-            self.found_at.setdefault(obj.rsplit(" ", 1)[0], rec.rsplit(" ", 1)[0])
+            self.found_at.setdefault(object_type(obj), object_type(rec))
             if self.contents.get(rec):
                 self.contents[rec] = [o for o in self.contents[rec] if o != obj]
         m = _PUT.search(text)
@@ -119,7 +124,7 @@ class Belief:
             else:
                 shown = items
                 if relevant:
-                    shown = [i for i in items if i.rsplit(" ", 1)[0] in relevant]
+                    shown = [i for i in items if object_type(i) in relevant]
                     if items and not shown:
                         desc = f"{len(items)} other object(s)"
                         seen_lines.append(f"- {rec}: {desc}")

@@ -8,14 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from harnevo.harness.belief import Belief
-from harnevo.harness.experience import ExperienceBank
+from harnevo.harness.belief import Belief, object_type
+from harnevo.harness.experience import ExperienceBank, Lesson
 from harnevo.harness.spec import MemoryPolicy
 from harnevo.harness.task import Goal
-
-
-def _type_of(obj: str) -> str:
-    return obj.rsplit(" ", 1)[0] if obj and obj[-1].isdigit() else obj
 
 
 @dataclass
@@ -32,7 +28,7 @@ class Workspace:
     bank: ExperienceBank | None = None
     belief: Belief = field(default_factory=Belief)
     subgoals: list[Subgoal] = field(default_factory=list)
-    recalled: list[str] = field(default_factory=list)  # lessons shown at episode start / by recall
+    recalled: list[Lesson] = field(default_factory=list)  # lessons shown (asked again while none) / by recall
     lessons_noted: list[str] = field(default_factory=list)
 
     @classmethod
@@ -54,10 +50,10 @@ class Workspace:
         if not o:
             return
         b = self.belief
-        held = [x for x in b.holding if _type_of(x) == o]
-        seen = held or [x for items in b.contents.values() if items for x in items if _type_of(x) == o]
-        in_target = [x for rec, items in b.contents.items() if items and _type_of(rec) == self.goal.target
-                     for x in items if _type_of(x) == o]
+        held = [x for x in b.holding if object_type(x) == o]
+        seen = held or [x for items in b.contents.values() if items for x in items if object_type(x) == o]
+        in_target = [x for rec, items in b.contents.items() if items and object_type(rec) == self.goal.target
+                     for x in items if object_type(x) == o]
         for sg in self.subgoals:
             if sg.done or sg.by_model:
                 continue
@@ -68,12 +64,12 @@ class Workspace:
                 sg.done = bool(held)
             elif t.split(" ")[0] in ("clean", "heat", "cool"):
                 word = {"clean": "clean", "heat": "hot", "cool": "cool"}[t.split(" ")[0]]
-                sg.done = any(_type_of(x) == o and s == word for x, s in b.states.items())
+                sg.done = any(object_type(x) == o and s == word for x, s in b.states.items())
             elif t.startswith("find ") and self.goal.family == "look":
-                sg.done = any(_type_of(x) == self.goal.target for items in b.contents.values() if items
+                sg.done = any(object_type(x) == self.goal.target for items in b.contents.values() if items
                               for x in items)
             elif t.startswith("use "):
-                sg.done = any(_type_of(x) == self.goal.target and s == "on" for x, s in b.states.items())
+                sg.done = any(object_type(x) == self.goal.target and s == "on" for x, s in b.states.items())
             elif t.startswith("put first"):
                 sg.done = len(in_target) >= 1
             elif t.startswith("find second"):
@@ -97,9 +93,8 @@ class Workspace:
         if self.bank is None:
             return ""
         if not self.recalled:
-            lessons = self.bank.recall(self.goal.text, self.memory.experience_shown)
-            self.recalled = [l.text for l in lessons]
-        return "\n".join(f"- {t}" for t in self.recalled) or "- (no lessons yet)"
+            self.recalled = self.bank.recall(self.goal.text, self.memory.experience_shown)
+        return ExperienceBank.render(self.recalled)
 
     def panels(self, mode: str) -> dict[str, str]:
         """The panels a turn message shows: all enabled panels in `always_on`, none otherwise."""
@@ -129,9 +124,8 @@ class Workspace:
         if name == "recall":
             if self.bank is None:
                 return "[recall] experience is not kept by this harness."
-            lessons = self.bank.recall(arg or self.goal.text, self.memory.experience_shown)
-            self.recalled = [l.text for l in lessons]
-            return "Experience:\n" + ExperienceBank.render(lessons)
+            self.recalled = self.bank.recall(arg or self.goal.text, self.memory.experience_shown)
+            return "Experience:\n" + ExperienceBank.render(self.recalled)
         if name == "note":
             if self.bank is None:
                 return "[note] experience is not kept by this harness."

@@ -87,14 +87,10 @@ def print_summary(summary: dict[str, Any], *, out: Path | None = None) -> None:
 
 
 def print_data_check(data: Path | None) -> None:
-    from harnevo.envs.games import candidate_roots, find_data_root, list_splits, scan_split
+    from harnevo.envs.games import HOW_TO_GET_DATA, list_splits, require_data_root, scan_split
     from harnevo.errors import DataNotFoundError
-    from harnevo.envs.games import HOW_TO_GET_DATA
 
-    root = find_data_root(data)
-    if root is None:
-        looked = ", ".join(str(r) for r in candidate_roots(data)) or "no --data given and $ALFWORLD_DATA unset"
-        raise DataNotFoundError(f"no ALFWorld games found (looked in: {looked}); {HOW_TO_GET_DATA}")
+    root = require_data_root(data)
     table = Table(title=f"ALFWorld games under {root}", title_justify="left")
     table.add_column("split")
     for fam in FAMILIES:
