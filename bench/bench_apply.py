@@ -4,7 +4,8 @@
    read them) under the `react` harness, on games already played once, through EnginePool (fork from
    reset games + step cache), against a plain replay of the same walkthroughs in TextWorld with one
    reset per episode in one process (what a reset-per-episode evaluator achieves). Also the pool with
-   its step cache off (fork only), to show where the gain comes from.
+   its step cache off (fork only), to show where the gain comes from. (Two separate `harnevo apply`
+   processes sharing the step cache file: bench/bench_second_invocation.py.)
 2. `sim/latency?ms=200` (sim/bounded answering after a fixed 200 ms) under `bpe_always_on` at
    concurrency 1, 4 and 16 on games already played once.
 3. Cache-hit replay: episodes played through litellm against a local OpenAI-compatible server
@@ -71,8 +72,9 @@ def plain_replay(games) -> float:
     return len(games) / (time.perf_counter() - t0)
 
 
-async def loop_replay(games, *, step_cache: int, concurrency: int = 8) -> tuple[float, float, dict]:
-    """(episodes/s on games already played once, first-pass episodes/s, pool stats)."""
+async def loop_replay(games, *, step_cache: str | None, concurrency: int = 8) -> tuple[float, float, dict]:
+    """(episodes/s on games already played once, first-pass episodes/s, pool stats). Both passes share
+    one pool; the step cache, when on, lives in this process only."""
     program = HarnessProgram(load_harness("react"))
     sem = asyncio.Semaphore(concurrency)
 
@@ -81,7 +83,7 @@ async def loop_replay(games, *, step_cache: int, concurrency: int = 8) -> tuple[
             t = await run_episode(program, WalkthroughAgent(walkthrough(g)), pool, g)
             assert t.success, (g.name, t.reason)
 
-    async with EnginePool(step_cache=step_cache) as pool:
+    async with EnginePool(step_cache=step_cache, audit=0) as pool:
         t0 = time.perf_counter()
         await asyncio.gather(*(one(pool, g) for g in games))
         first = len(games) / (time.perf_counter() - t0)
@@ -95,7 +97,7 @@ async def latency_runs(games, levels) -> dict[int, float]:
     program = HarnessProgram(load_harness("bpe_always_on"))
     model = get_model("sim/latency?ms=200")
     out = {}
-    async with EnginePool() as pool:
+    async with EnginePool(step_cache=":memory:") as pool:
         await asyncio.gather(*(run_episode(program, model, pool, g) for g in games))  # warm the workers
         for c in levels:
             sem = asyncio.Semaphore(c)
@@ -123,7 +125,7 @@ async def cache_replay(games, tmp: Path) -> tuple[float, float, int]:
     harness = load_harness("react")
     rates = []
     with FakeOpenAIServer(reply=lambda m: asyncio.run(agent.complete(m)).text) as srv:
-        async with EnginePool() as pool:
+        async with EnginePool(step_cache=":memory:") as pool:
             for run in ("first", "replay"):
                 before = srv.requests
                 model = get_model("openai/bench", api_base=srv.url, cache=ReplyCache(tmp / "replies.sqlite"))
@@ -146,11 +148,11 @@ def main() -> None:
           f"(instant, stored walkthroughs), {os.cpu_count()} cores")
     plain = plain_replay(games)
     print(f"  plain TextWorld replay, one reset per episode, one process: {plain:8.2f} episodes/s")
-    warm_fork, first_fork, _ = asyncio.run(loop_replay(games, step_cache=0))
+    warm_fork, first_fork, _ = asyncio.run(loop_replay(games, step_cache=None))
     print(f"  harnevo loop, pool fork only (step cache off):  first pass {first_fork:6.2f}, "
           f"games already played {warm_fork:8.2f} episodes/s  ({warm_fork / plain:5.1f}x plain)")
-    warm, first, stats = asyncio.run(loop_replay(games, step_cache=10_000))
-    print(f"  harnevo loop, pool fork + step cache (default): first pass {first:6.2f}, "
+    warm, first, stats = asyncio.run(loop_replay(games, step_cache=":memory:"))
+    print(f"  harnevo loop, pool fork + step cache (one process): first pass {first:6.2f}, "
           f"games already played {warm:8.2f} episodes/s  ({warm / plain:5.1f}x plain)")
     lat_games = load_games(args.split, data=args.data, n=args.latency_games, seed=1)
     rates = asyncio.run(latency_runs(lat_games, (1, 4, 16)))

@@ -1,7 +1,9 @@
 """The concurrent ALFWorld engine (EnginePool) on a few official valid_seen games.
 
-One pool (2 workers) is shared by the module's tests to keep them fast; tests that need their own
-settings (expert, step cache, shutdown checks) start a small pool of one worker.
+One pool (2 workers, step cache off: the fork path) is shared by the module's tests to keep them fast;
+tests that need their own settings (expert, step cache, shutdown checks) start a small pool of one
+worker. The step cache's own tests (healing, audits, persistence, damaged files) are in
+tests/test_step_cache.py.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from pathlib import Path
 import pytest
 
 from harnevo.envs.alfworld import Observation
+from harnevo.errors import HarnevoError
 from harnevo.envs.pool import EngineEpisode, EngineError, EnginePool
+from harnevo.envs.stepcache import game_key
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "alfworld"
 SPLIT = DATA / "json_2.1.1" / "valid_seen"
@@ -78,7 +82,7 @@ def loop():
 
 @pytest.fixture(scope="module")
 def pool(loop):
-    p = EnginePool(2, step_timeout_s=60, step_cache=0)  # the fork path; the step cache has its own test
+    p = EnginePool(2, step_timeout_s=60, step_cache=None)  # the fork path; the step cache has its own tests
     loop.run_until_complete(p.__aenter__())
     yield p
     loop.run_until_complete(p.__aexit__(None, None, None))
@@ -156,7 +160,7 @@ def test_dead_worker_is_restarted_and_its_episodes_live_on(pool, loop):
 
     async def scenario():
         survivor = await pool.new_episode(game)
-        worker = pool._worker_for(os.path.realpath(game))
+        worker = pool._worker_for(game_key(os.path.realpath(game)))
         restarts = pool.stats["worker_restarts"]
         os.kill(worker.proc.pid, signal.SIGKILL)
         await worker.proc.wait()
@@ -189,7 +193,7 @@ def test_expert_plan_step_cache_and_clean_close():
     game = _games()[0]
 
     async def scenario():
-        async with EnginePool(1, expert="handcoded", step_cache=1000) as pool:
+        async with EnginePool(1, expert="handcoded", step_cache=":memory:") as pool:
             ep = await pool.new_episode(game)
             obs, actions = ep.first, []
             for _ in range(30):
@@ -224,7 +228,7 @@ def test_keyboard_interrupt_leaves_no_process(tmp_path):
         import asyncio, json, sys
         from harnevo.envs.pool import EnginePool
         async def main():
-            async with EnginePool(1) as pool:
+            async with EnginePool(1, step_cache=None) as pool:
                 ep = await pool.new_episode({_games()[0]!r})
                 print(json.dumps([pool._workers[0].proc.pid, ep._pid]), flush=True)
                 await asyncio.sleep(60)
@@ -247,3 +251,21 @@ def test_keyboard_interrupt_leaves_no_process(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_an_engine_that_cannot_start_is_a_systemic_error(monkeypatch):
+    """Workers start on first need; when none of them can start at all, that is not one episode's
+    failure but the whole run's: a one-line HarnevoError, raised at once on later requests too."""
+    monkeypatch.setenv("PYTHONHOME", "/nonexistent")  # the worker's interpreter cannot even start
+
+    async def scenario():
+        async with EnginePool(1, step_cache=None) as pool:
+            with pytest.raises(HarnevoError, match="the ALFWorld engine did not start") as info:
+                await pool.new_episode(_games()[0])
+            assert "\n" not in str(info.value)
+            t0 = time.monotonic()
+            with pytest.raises(HarnevoError, match="did not start"):
+                await pool.new_episode(_games()[1])
+            assert time.monotonic() - t0 < 1.0  # no second attempt
+
+    asyncio.run(asyncio.wait_for(scenario(), 90))

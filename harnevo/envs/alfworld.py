@@ -1,13 +1,14 @@
 """The real ALFWorld engine: TextWorld's PDDL engine with ALFWorld's own wrappers.
 
-This is the only module of harnevo that imports `textworld` (and ALFWorld's engine wrappers). It owns
+This is the only module of harnevo that imports `textworld` and `alfworld` (the engine wrappers, and
+for the generator and the scenes the wheel's data and text helpers, see `alfworld_package`). It owns
 the synchronous building blocks: making an env for one game file, turning its state into an
 `Observation`, replaying actions, solving a game with ALFWorld's experts, `install_parse_memo` (an
 exact memo of TextWorld's grammar parsers that makes steps cheaper) and `preload` (imports the engine
 ahead of time). At the end come the game checks of the generator (`check_game`, `enable_parse_cache`).
 
 The concurrent engine built on these (`EnginePool`, `EngineEpisode`, `EngineError`) lives in
-`harnevo.envs.pool`; those three names can still be imported from here (resolved lazily).
+`harnevo.envs.pool`; its worker processes (`harnevo.envs.worker`) are the other place that runs the engine.
 """
 
 from __future__ import annotations
@@ -17,9 +18,15 @@ import signal
 import sys
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Iterator
 
 EXPERT_TYPES = ("handcoded", "planner")
+# Part of every step-cache key (with the alfworld and textworld versions): bump it whenever harnevo's
+# side changes what an Observation holds for a given game and action history (`to_observation`, the
+# wrappers `make_env` attaches, the seeding of the expert in harnevo.envs.worker).
+ENGINE_CODE_VERSION = 1
 
 
 @dataclass
@@ -42,10 +49,56 @@ class Observation:
                    done=bool(d.get("done")), expert_plan=list(d.get("expert_plan", [])))
 
 
+def alfworld_package() -> ModuleType:
+    """`import alfworld`, minus its side effect: alfworld/__init__ sets $ALFWORLD_DATA (to
+    ~/.cache/alfworld) for the whole process, which would make harnevo look for official games there.
+    Later imports of alfworld modules are side-effect free, the package being loaded."""
+    before = os.environ.get("ALFWORLD_DATA")
+    import alfworld
+
+    if before is None:
+        os.environ.pop("ALFWORLD_DATA", None)
+    else:
+        os.environ["ALFWORLD_DATA"] = before
+    return alfworld
+
+
+def alfworld_dir() -> Path:
+    """The installed alfworld package's folder (its data/, gen/layouts/ ...)."""
+    return Path(alfworld_package().__file__).resolve().parent
+
+
+def alfworld_constants() -> ModuleType:
+    """`alfworld.gen.constants`: the object, receptacle and action tables (a pure data module)."""
+    alfworld_package()
+    from alfworld.gen import constants
+
+    return constants
+
+
+def alfworld_goals() -> ModuleType:
+    """`alfworld.gen.goal_library`: the PDDL goal of each task type."""
+    alfworld_package()
+    from alfworld.gen import goal_library
+
+    return goal_library
+
+
+def alfworld_text() -> ModuleType:
+    """`alfworld.agents.utils.misc`: `Demangler`, `add_task_to_grammar`, `get_templated_task_desc`
+    (importing it imports textworld)."""
+    alfworld_package()
+    from alfworld.agents.utils import misc
+
+    return misc
+
+
 def make_env(game_file: str, *, expert: str | None = None, admissible: bool = True):
     """A TextWorld env for one ALFWorld game with the demangler and infos wrappers, plus the expert
     wrapper when `expert` is 'handcoded' or 'planner'. The env is loaded, not reset."""
     import textworld
+
+    alfworld_package()
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredInfos
 
     extras = ["gamefile"]
@@ -157,7 +210,7 @@ def engine_versions() -> dict[str, str]:
     return {"alfworld": version("alfworld"), "textworld": version("textworld")}
 
 
-# ------------------------------------------------------------------ parse memo (used by harnevo.envs.pool)
+# ------------------------------------------------------------------ parse memo (used by harnevo.envs.worker)
 
 _PARSE_MEMO_MAX = 20_000
 _parse_memo_installed = False
@@ -229,11 +282,14 @@ def preload() -> None:
     """Import TextWorld and ALFWorld's engine wrappers now, so that the first `make_env` + `reset` are
     not slowed by them (the engine's worker processes call it before they report ready)."""
     import textworld  # noqa: F401
+
+    alfworld_package()
     from alfworld.agents.environment import alfred_tw_env  # noqa: F401
 
 
 __all__ = ["Observation", "make_env", "reset", "step", "replay", "solve_with_expert", "engine_versions",
-           "EXPERT_TYPES", "install_parse_memo", "preload"]
+           "EXPERT_TYPES", "ENGINE_CODE_VERSION", "install_parse_memo", "preload", "alfworld_package", "alfworld_dir",
+           "alfworld_constants", "alfworld_goals", "alfworld_text"]
 
 
 # ---- game checking for the generator (harnevo.envs.generate) --------------------------------------

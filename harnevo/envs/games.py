@@ -1,30 +1,24 @@
 """ALFWorld game sets: where they are, which splits and task families they hold, and seeded samples.
 
 Official games live in `$ALFWORLD_DATA/json_2.1.1/<split>/<task>-<params>/<trial>/game.tw-pddl`, as
-`alfworld-download` lays them out; harnevo's generated games use the same layout.
+`alfworld-download` lays them out; harnevo's generated games use the same layout, and a generated
+split carries the generator's manifest. The task families (`FAMILIES`, `parse_families`, ...) are
+defined in `harnevo.envs.families` and can be imported from here too.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from harnevo.errors import DataNotFoundError, HarnevoError
+from harnevo.envs.families import FAMILIES, GAME_FILE, TASK_TYPE_TO_FAMILY, family_of, parse_families
+from harnevo.envs.generate import generate, read_manifest
+from harnevo.errors import DataNotFoundError
 from harnevo.files import cache_root
 
-# short family name -> ALFWorld task type (the prefix of every game folder)
-FAMILIES: dict[str, str] = {
-    "pick": "pick_and_place_simple",
-    "look": "look_at_obj_in_light",
-    "clean": "pick_clean_then_place_in_recep",
-    "heat": "pick_heat_then_place_in_recep",
-    "cool": "pick_cool_then_place_in_recep",
-    "pick2": "pick_two_obj_and_place",
-}
-TASK_TYPE_TO_FAMILY = {v: k for k, v in FAMILIES.items()}
-GAME_FILE = "game.tw-pddl"
 HOW_TO_GET_DATA = ("get games with `alfworld-download` (sets $ALFWORLD_DATA), point --data or $ALFWORLD_DATA at "
                    "the folder that holds json_2.1.1, or run `harnevo data generate`")
 
@@ -41,31 +35,6 @@ class Game:
     @property
     def task_type(self) -> str:
         return FAMILIES[self.family]
-
-
-def family_of(task_folder: str) -> str | None:
-    # longest task type first: no type is a prefix of another today, but be safe
-    for task_type in sorted(TASK_TYPE_TO_FAMILY, key=len, reverse=True):
-        if task_folder.startswith(task_type + "-") or task_folder == task_type:
-            return TASK_TYPE_TO_FAMILY[task_type]
-    return None
-
-
-def parse_families(spec: str | list[str] | None) -> list[str] | None:
-    """'heat,cool' -> ['heat', 'cool']; accepts short names and full task types."""
-    if spec is None or spec == "" or spec == []:
-        return None
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    out: list[str] = []
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
-        fam = item if item in FAMILIES else TASK_TYPE_TO_FAMILY.get(item)
-        if fam is None:
-            raise HarnevoError(f"unknown task family {item!r}; known: {', '.join(FAMILIES)}")
-        if fam not in out:
-            out.append(fam)
-    return out or None
 
 
 def candidate_roots(data: str | os.PathLike | None = None) -> list[Path]:
@@ -164,17 +133,11 @@ def generated_cache_root() -> Path:
 
 def ensure_generated(log=print) -> Path:
     """The embedded default game set: generated once into the cache folder, reused after."""
-    from harnevo.envs.generate import read_manifest
-
     root = generated_cache_root()
     if read_manifest(_json_dir(root) / GENERATED_SPLIT) is not None and scan_split(root, GENERATED_SPLIT):
         return root
     if (_json_dir(root) / GENERATED_SPLIT).exists():  # an interrupted earlier generation: start again
-        import shutil
-
         shutil.rmtree(_json_dir(root) / GENERATED_SPLIT)
-    from harnevo.envs.generate import generate
-
     log(f"no official ALFWorld data found: generating {DEFAULT_GENERATED_GAMES} synthetic games once into {root}")
     generate(root, DEFAULT_GENERATED_GAMES, seed=DEFAULT_GENERATED_SEED, split=GENERATED_SPLIT,
              workers=os.cpu_count() or 1)
@@ -193,8 +156,11 @@ def resolve_games(split: str | None, *, data: str | os.PathLike | None = None, f
     if root is None and split == GENERATED_SPLIT:
         root = ensure_generated(log)
     games = load_games(split, data=data, families=families, n=n, seed=seed, root=root)
-    from harnevo.envs.generate import read_manifest
-
     synthetic = read_manifest(_json_dir(Path(root)) / split) is not None
     kind = "generated (synthetic) ALFWorld-format games" if synthetic else "official ALFWorld games"
     return games, f"{kind} from {root}"
+
+
+__all__ = ["Game", "FAMILIES", "TASK_TYPE_TO_FAMILY", "GAME_FILE", "HOW_TO_GET_DATA", "GENERATED_SPLIT", "family_of",
+           "parse_families", "candidate_roots", "find_data_root", "require_data_root", "scan_split", "list_splits",
+           "sample", "load_games", "generated_cache_root", "ensure_generated", "resolve_games"]

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harnevo.envs.games import FAMILIES, GAME_FILE, family_of
+from harnevo.envs.families import FAMILIES, GAME_FILE, family_of
 
 _OBJ = re.compile(r"^\s*(\S+_bar_\S+) - object\s*$", re.M)
 _REC = re.compile(r"^\s*(\S+) - receptacle\s*$", re.M)

@@ -37,47 +37,20 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from harnevo.envs import alfworld as aw
 from harnevo.envs import scenes as sc
-from harnevo.envs.games import FAMILIES, GAME_FILE, parse_families
+from harnevo.envs.families import FAMILIES, GAME_FILE, parse_families
+from harnevo.envs.scenes import (APPLIANCE, FAMILY_ROOM_WEIGHTS, LOOK_TOGGLE, VERB, family_scenes, feasible_families,
+                                 split_scenes, task_candidates)
 from harnevo.errors import HarnevoError
 
 GENERATOR_VERSION = 1
 MANIFEST = "harnevo_generated.json"
 STAGING = ".harnevo-staging"
 
-# Room types per family, weighted as in ALFWorld's released games (train + valid splits), within the
-# room types ALFWorld allows for each task (alfworld.gen.constants.GOALS_VALID).
-FAMILY_ROOM_WEIGHTS: dict[str, dict[str, float]] = {
-    "pick": {"Kitchen": 0.18, "LivingRoom": 0.26, "Bedroom": 0.24, "Bathroom": 0.32},
-    "look": {"LivingRoom": 0.10, "Bedroom": 0.90},
-    "clean": {"Kitchen": 0.70, "Bathroom": 0.30},
-    "heat": {"Kitchen": 1.0},
-    "cool": {"Kitchen": 1.0},
-    "pick2": {"Kitchen": 0.08, "LivingRoom": 0.31, "Bedroom": 0.28, "Bathroom": 0.33},
-}
-APPLIANCE = {"clean": "SinkBasin", "heat": "Microwave", "cool": "Fridge"}
-ACTION_CLASS = {"clean": "Cleanable", "heat": "Heatable", "cool": "Coolable"}
-VERB = {"clean": "clean", "heat": "heat", "cool": "cool"}
-# Pickupable types that ALFWorld's games never ask for.
-NOT_TARGETS = {"BaseballBat", "BasketBall", "Boots", "HandTowel", "PaperTowel", "PaperTowelRoll", "Plunger",
-               "ScrubBrush", "TeddyBear", "TennisRacket", "ToiletPaperRoll", "Towel", "WateringCan"}
-LOOK_TOGGLE = "DeskLamp"
-
-
-def _constants():
-    sc.import_alfworld()
-    from alfworld.gen import constants
-
-    return constants
-
-
-def _alfworld_dir() -> Path:
-    return Path(sc.import_alfworld().__file__).resolve().parent
-
-
 @lru_cache(maxsize=1)
 def _logic() -> tuple[str, str]:
-    d = _alfworld_dir() / "data"
+    d = aw.alfworld_dir() / "data"
     return (d / "alfred.pddl").read_text(), (d / "alfred.twl2").read_text()
 
 
@@ -105,56 +78,6 @@ class Task:
                 "parent_target": self.parent_target, "toggle_target": self.toggle_target}
 
 
-def task_candidates(layout: sc.Layout, family: str) -> list[tuple[str, str]]:
-    """(object type, destination type or lamp) pairs a game of `family` can use in this scene: the
-    object must fit some receptacle of the scene other than the destination and the appliance (so it
-    can start visible somewhere), and fit the destination."""
-    c = _constants()
-    rtypes = layout.receptacle_types
-    pick = sc.pickupable_types()
-    objs = [t for t in layout.object_types if t in pick and t in c.OBJECTS and t not in NOT_TARGETS]
-    out: list[tuple[str, str]] = []
-    if family == "look":
-        if LOOK_TOGGLE not in layout.object_types or not sc.hosts_for(LOOK_TOGGLE, rtypes):
-            return []
-        return [(o, LOOK_TOGGLE) for o in objs if sc.hosts_for(o, rtypes)]
-    appliance = APPLIANCE.get(family)
-    if appliance:
-        if appliance not in rtypes:
-            return []
-        objs = [o for o in objs if o in c.VAL_ACTION_OBJECTS[ACTION_CLASS[family]]]
-    for o in objs:
-        hosts = sc.hosts_for(o, rtypes)
-        for parent in hosts:
-            if parent == appliance:
-                continue
-            if [h for h in hosts if h not in (parent, appliance)]:
-                out.append((o, parent))
-    return out
-
-
-@lru_cache(maxsize=None)
-def _candidates_cached(scene: int, family: str) -> tuple[tuple[str, str], ...]:
-    return tuple(task_candidates(sc.load_layout(scene), family))
-
-
-def family_scenes(family: str, scenes: list[int] | tuple[int, ...]) -> dict[str, list[int]]:
-    """Room type -> the given scenes of that room type where `family` has a task (rooms of weight 0
-    left out)."""
-    out: dict[str, list[int]] = {}
-    for room, w in FAMILY_ROOM_WEIGHTS[family].items():
-        if w <= 0:
-            continue
-        ok = [s for s in sc.scenes_of_room(room, scenes) if _candidates_cached(s, family)]
-        if ok:
-            out[room] = ok
-    return out
-
-
-def feasible_families(scenes: list[int] | tuple[int, ...]) -> list[str]:
-    return [f for f in FAMILIES if family_scenes(f, scenes)]
-
-
 # --------------------------------------------------------------------------------------------------
 # Names, PDDL, files
 
@@ -169,9 +92,7 @@ def mangle(name: str) -> str:
 
 def display_names(scene: sc.Scene) -> dict[str, str]:
     """THOR id -> the name the engine shows ('cabinet 3'), numbered by ALFWorld's own Demangler."""
-    sc.import_alfworld()
-    from alfworld.agents.utils.misc import Demangler
-
+    Demangler = aw.alfworld_text().Demangler
     ids = {mangle(r.id).lower(): r.id for r in scene.receptacles}
     ids.update({mangle(o.id).lower(): o.id for o in scene.objects})
     infos = {k: SimpleNamespace(id=k) for k in sorted(ids)}
@@ -181,10 +102,8 @@ def display_names(scene: sc.Scene) -> dict[str, str]:
 
 def problem_pddl(scene: sc.Scene, task: Task, problem_id: str) -> str:
     """initial_state.pddl in the structure of ALFWorld's games (sorted, so reproducible)."""
-    sc.import_alfworld()
-    from alfworld.gen import goal_library
-
-    c = _constants()
+    goal_library = aw.alfworld_goals()
+    c = sc._constants()
     static = sc.static_receptacle_types()
     const_objs = sorted(set(c.OBJECTS_SET) - static)
     ind = "        "
@@ -246,9 +165,8 @@ def _with_global_seed(seed: int, fn: Callable[[], Any]) -> Any:
 
 def task_text(traj: dict, seed: int) -> tuple[str, str]:
     """(task description, grammar with the task added), both as ALFWorld makes them."""
-    sc.import_alfworld()
-    from alfworld.agents.utils.misc import add_task_to_grammar, get_templated_task_desc
-
+    misc = aw.alfworld_text()
+    add_task_to_grammar, get_templated_task_desc = misc.add_task_to_grammar, misc.get_templated_task_desc
     grammar_text = _logic()[1]
     desc = _with_global_seed(seed, lambda: get_templated_task_desc(traj))
     grammar = _with_global_seed(seed, lambda: add_task_to_grammar(grammar_text, traj))
@@ -388,7 +306,7 @@ def draw_game(rng: random.Random, family: str, scenes: list[int] | tuple[int, ..
     room = _weighted(rng, [(r, FAMILY_ROOM_WEIGHTS[family][r]) for r in sorted(rooms)])
     scene_num = rng.choice(rooms[room])
     layout = sc.load_layout(scene_num)
-    cands = _candidates_cached(scene_num, family)
+    cands = sc.candidates(scene_num, family)
     obj = rng.choice(sorted({o for o, _ in cands}))
     dest = rng.choice(sorted({p for o, p in cands if o == obj}))
     task = (Task(family, obj, toggle_target=dest) if family == "look" else Task(family, obj, parent_target=dest))
@@ -444,8 +362,6 @@ def _write(path: Path, text: str) -> None:
 
 
 def _build_one(job: _Job) -> dict[str, Any]:
-    from harnevo.envs import alfworld as aw
-
     aw.enable_parse_cache()  # this is a worker process of ours: TextWorld's re-parsing is the hot spot
     t0 = time.monotonic()
     discards: list[str] = []
@@ -664,13 +580,11 @@ def generate(out_dir: str | os.PathLike, n_games: int, *, families: list[str] | 
 
 def _write_manifest(sdir: Path, report: GenerateReport, *, seed: int, families: list[str], scenes: list[int],
                     max_steps: int) -> None:
-    from harnevo.envs.alfworld import engine_versions
-
     data = {"synthetic": True, "generator": "harnevo.envs.generate", "version": GENERATOR_VERSION,
             "note": "games generated by harnevo from ALFWorld's scene layouts; not the official ALFWorld data",
             "seed": seed, "requested": report.requested, "games": report.games, "families": families,
             "scenes": scenes, "max_steps": max_steps, "discards": report.discards, "missing": report.missing,
-            "engine": engine_versions()}
+            "engine": aw.engine_versions()}
     (sdir / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
@@ -689,7 +603,7 @@ def generate_held_out(out_dir: str | os.PathLike, n_train: int, n_unseen: int, *
                       progress: Callable[[dict], None] | None = None, **kw) -> tuple[GenerateReport, GenerateReport]:
     """A train split and an unseen-style split whose scenes the train split never uses (see
     scenes.split_scenes), like ALFWorld's train / valid_unseen."""
-    train_scenes, unseen_scenes = sc.split_scenes(scene_seed, per_room=per_room)
+    train_scenes, unseen_scenes = split_scenes(scene_seed, per_room=per_room)
     a = generate(out_dir, n_train, families=families, seed=seed, scenes=train_scenes, split=splits[0],
                  workers=workers, progress=progress, **kw)
     b = generate(out_dir, n_unseen, families=families, seed=seed + 1, scenes=unseen_scenes, split=splits[1],
@@ -698,8 +612,6 @@ def generate_held_out(out_dir: str | os.PathLike, n_train: int, n_unseen: int, *
 
 
 def _replay_stored(game_file: str) -> tuple[str, bool]:
-    from harnevo.envs import alfworld as aw
-
     aw.enable_parse_cache()
     walkthrough = json.loads(Path(game_file).read_text(encoding="utf-8")).get("walkthrough") or []
     return game_file, bool(walkthrough) and aw.replay(game_file, walkthrough)
@@ -716,7 +628,6 @@ def verify_games(game_files: list[str], *, workers: int = 1) -> dict[str, bool]:
         return dict(ex.map(_replay_stored, files))
 
 
-split_scenes = sc.split_scenes
 
 __all__ = ["generate", "generate_held_out", "verify_games", "GenerateReport", "split_scenes", "feasible_families",
            "read_manifest", "draw_game", "problem_pddl", "direct_plan", "task_candidates", "Task", "MANIFEST"]

@@ -1,32 +1,35 @@
 """The concurrent ALFWorld engine (`EnginePool`, `EngineEpisode`, `EngineError`), used by the episode
 loop from one asyncio event loop::
 
-    main process (asyncio)            worker i (one per core, spawned)         episode child
+    main process (asyncio)            worker i (spawned on first need)         episode child
     EnginePool ──control socketpair──▶ LRU of loaded+reset envs; on "fork":     (os.fork of the
         ▲                              reset the game if not cached, fork ────▶  worker: owns one
         │                                                                        episode, steps it)
         └──────── Unix socket server in a private temp dir ◀── hello, then one reply per step ─┘
 
 A reset costs 1-2 s, a step ~60 ms; forking a worker that holds a reset env gives a fresh episode in
-tens of ms. Episodes on the same game always go to the same worker (stable hash), so its cache hits.
-The worker's cached env never steps: only children do, so it stays at its start state.
-On top of that, an optional exact step cache in the main process answers (game, action history)
-prefixes that were already played without touching the engine (see `_StepCache`).
+tens of ms. Episodes on the same game always go to the same worker (stable hash of the game key), so
+its env cache hits. On top of that the step cache (`harnevo.envs.stepcache`, a SQLite file shared by
+every run) answers (game, action history) prefixes already played without touching the engine.
 
-This module owns the processes, sockets and caches; it never imports `textworld` itself: the engine
-basics (`make_env`, `reset`, `step`, the parse memo, `preload`) come from `harnevo.envs.alfworld`.
+The step cache heals itself. Whenever an episode falls back to the engine, its child replays the
+actions the cache answered and reports each answer's digest; an entry the engine contradicts is
+replaced by the engine's observation (`step_cache_mismatches`) and the episode goes on from the
+engine's real state. Episodes that closed with answers no engine confirmed (full cache hits) are
+audited in a seeded fraction (`audit`, default 1 in 20): after `close` returns, a background task
+replays them in a forked child and heals what differs. An audit never changes the episode it checks.
+
+Processes and sockets are here; the worker side is `harnevo.envs.worker`, the messages are
+`harnevo.envs.wire`. This module never imports textworld.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import hashlib
 import itertools
 import json
 import os
-import random
-import select
 import shutil
 import signal
 import socket
@@ -34,15 +37,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import weakref
-from collections import OrderedDict, deque
+from collections import deque
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from harnevo.envs.alfworld import (EXPERT_TYPES, Observation, _drain_learned, _warm_parse_memo, deadline,
-                                   enable_parse_cache, make_env, preload, reset, step)
+from harnevo.envs.alfworld import EXPERT_TYPES, Observation
+from harnevo.envs.stepcache import DEFAULT_MAX_ENTRIES, MEMORY, StepCache, child_node, default_path, game_key, root_node
+from harnevo.envs.wire import LINE_LIMIT, encode, obs_digest, one_line
+from harnevo.envs.worker import WORKER_COMMAND
 from harnevo.errors import HarnevoError
 
 
@@ -51,231 +55,8 @@ class EngineError(Exception):
     The message is one line. The pool keeps serving other episodes."""
 
 
-_LINE_LIMIT = 64 * 1024 * 1024  # bytes per JSON line (observations are a few KB)
-_IDLE = object()  # _Channel.recv: nothing arrived before the timeout
-
-
-def _one_line(exc: BaseException | str, limit: int = 300) -> str:
-    text = exc if isinstance(exc, str) else (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _digest(obs: dict[str, Any]) -> str:
-    return hashlib.sha1(json.dumps(obs, sort_keys=True).encode()).hexdigest()
-
-
-def _game_key(path: str, st: os.stat_result) -> str:
-    """Identifies a game file's content for the caches: its real path, size and mtime."""
-    return f"{path}|{st.st_size}|{st.st_mtime_ns}"
-
-
-class _Channel:
-    """Blocking JSON lines over a socket, for the worker and child processes."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self._buf = bytearray()
-
-    def send(self, msg: dict[str, Any]) -> None:
-        self.sock.sendall(json.dumps(msg).encode() + b"\n")
-
-    def recv(self, timeout: float | None = None) -> Any:
-        """The next message; None at EOF; `_IDLE` when `timeout` passed with no complete line."""
-        while b"\n" not in self._buf:
-            if timeout is not None and not select.select([self.sock], [], [], timeout)[0]:
-                return _IDLE
-            try:
-                chunk = self.sock.recv(1 << 16)
-            except ConnectionError:
-                return None
-            if not chunk:
-                return None
-            self._buf += chunk
-        line, _, rest = self._buf.partition(b"\n")
-        self._buf = bytearray(rest)
-        return json.loads(line)
-
-
-# ----------------------------------------------------------------------------- worker process side
-
-def _reap(children: set[int]) -> None:
-    """Collect every exited child without blocking (no zombies)."""
-    while children:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            children.clear()
-            return
-        if pid == 0:
-            return
-        children.discard(pid)
-
-
-def _kill_children(children: set[int]) -> None:
-    for pid in list(children):
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    for pid in list(children):
-        with suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-    children.clear()
-
-
-def _worker_main() -> None:
-    """Entry point of a worker process (`python -c ...` from EnginePool; config as JSON in argv[1]).
-
-    Loop: read {"op": "fork", "episode", "path", "key"}; reset the game unless cached; fork a child
-    that connects to the pool's socket and owns the episode; answer {"op": "forked", ...} or
-    {"op": "error", ...}. Exits (killing and reaping its children) on EOF of the control socket or
-    on SIGTERM."""
-    cfg = json.loads(sys.argv[1])
-    chan = _Channel(socket.socket(fileno=cfg["fd"]))
-    children: set[int] = set()
-
-    def on_term(signum, frame):
-        _kill_children(children)
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        preload()  # import the engine before "ready": resets are then timed alone
-        if cfg["parse_memo"]:
-            enable_parse_cache()  # the parse memo, and the PDDL translation shared by load and reset
-    except Exception as exc:
-        chan.send({"op": "fatal", "error": _one_line(exc)})
-        os._exit(1)
-    chan.send({"op": "ready", "pid": os.getpid()})
-
-    try:
-        _worker_loop(chan, cfg, children)
-    except BaseException:
-        traceback.print_exc()  # to the worker's log file; the pool sees EOF and restarts the worker
-    finally:
-        _kill_children(children)
-        if os.getppid() != cfg["parent"]:  # the main process died without cleaning up: do it
-            shutil.rmtree(os.path.dirname(cfg["sock"]), ignore_errors=True)
-        os._exit(0)
-
-
-def _worker_loop(chan: _Channel, cfg: dict[str, Any], children: set[int]) -> None:
-    cache: OrderedDict[str, tuple[Any, Observation]] = OrderedDict()
-    while True:
-        _reap(children)
-        msg = chan.recv(timeout=1.0)
-        if msg is _IDLE:
-            continue
-        if msg is None:
-            return
-        if msg.get("op") == "warm":  # no answer expected
-            _warm_parse_memo(msg["keys"])
-            gc.freeze()
-            continue
-        eid, path, key = msg["episode"], msg["path"], msg["key"]
-        entry, reset_s, evicted = cache.get(key), 0.0, 0
-        if entry is None:
-            t0 = time.perf_counter()
-            try:
-                with deadline(cfg["reset_timeout_s"]):
-                    random.seed(0)  # ALFWorld's handcoded expert draws from `random`: make it reproducible
-                    env = make_env(path, expert=cfg["expert"])
-                    entry = (env, reset(env))
-            except Exception as exc:  # any failure of this game is this episode's error
-                chan.send({"op": "error", "episode": eid, "error": f"cannot start game {path}: {_one_line(exc)}"})
-                continue
-            reset_s = time.perf_counter() - t0
-            cache[key] = entry
-            while len(cache) > cfg["max_cached"]:
-                _key, (old_env, _obs) = cache.popitem(last=False)
-                evicted += 1
-                with suppress(Exception):
-                    old_env.close()
-            if evicted:
-                gc.unfreeze()  # frozen objects are never collected: let the evicted envs go
-                del old_env
-                gc.collect()
-            _drain_learned()  # what a reset parses is already in this process's memo
-            gc.freeze()  # children's garbage collector then leaves the cached envs' pages shared
-        else:
-            cache.move_to_end(key)
-        t0 = time.perf_counter()
-        pid = os.fork()
-        if pid == 0:
-            _child_main(chan, cfg["sock"], eid, entry[0], entry[1])  # never returns
-        children.add(pid)
-        chan.send({"op": "forked", "episode": eid, "pid": pid, "cached": reset_s == 0.0, "reset_s": reset_s,
-                   "fork_s": time.perf_counter() - t0, "evicted": evicted})
-
-
-def _child_main(worker_chan: _Channel, sock_path: str, eid: int, env: Any, first: Observation) -> None:
-    """A forked episode: connect to the pool, say hello with the first observation, then serve steps
-    until "close" or EOF. Always ends with os._exit (no cleanup of the parent's state)."""
-    code = 0
-    try:
-        for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM):
-            signal.signal(sig, signal.SIG_DFL)
-        worker_chan.sock.close()  # the worker's EOF must not depend on its children
-        random.seed(0)  # the expert's choices: a function of the game and the actions played
-        _drain_learned()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(sock_path)
-        chan = _Channel(sock)
-        chan.send({"op": "hello", "episode": eid, "pid": os.getpid(), "first": first.to_dict()})
-        while True:
-            msg = chan.recv()
-            if msg is None or msg.get("op") == "close":
-                break
-            replayed: list[str] = []
-            try:
-                for action in msg.get("replay", []):  # actions the step cache answered earlier
-                    replayed.append(_digest(step(env, action).to_dict()))
-                t0 = time.perf_counter()
-                obs = step(env, msg["action"])
-                engine_s = time.perf_counter() - t0
-            except Exception as exc:
-                chan.send({"op": "error", "error": f"step failed: {_one_line(exc)}"})
-                break
-            chan.send({"op": "obs", "obs": obs.to_dict(), "engine_s": engine_s, "replayed": replayed,
-                       "learned": _drain_learned()})
-    except BaseException:
-        traceback.print_exc()  # to the worker's log file
-        code = 1
-    finally:
-        os._exit(code)
-
-
-# ------------------------------------------------------------------------------- main process side
-
-class _StepCache:
-    """An exact memo of the engine: (game file content, actions played so far) -> Observation.
-
-    TextWorld's PDDL engine and ALFWorld's wrappers make no random choice (checked: identical
-    observations across processes and hash seeds), so an observation is a function of the game and the
-    action history. Entries form a trie: key (parent node, action) -> (node, observation); a game's
-    root is (0, game key) -> (node, first observation). LRU-bounded; every time an episode falls back
-    to the engine, the engine replays the cached prefix and its answers are checked against the cache.
-    """
-
-    def __init__(self, max_entries: int):
-        self.max_entries = max_entries
-        self._d: OrderedDict[tuple[int, str], tuple[int, dict[str, Any], str]] = OrderedDict()
-        self._ids = itertools.count(1)
-
-    def get(self, node: int, action: str) -> tuple[int, dict[str, Any], str] | None:
-        hit = self._d.get((node, action))
-        if hit is not None:
-            self._d.move_to_end((node, action))
-        return hit
-
-    def put(self, node: int, action: str, obs: dict[str, Any]) -> tuple[int, str]:
-        new, digest = next(self._ids), _digest(obs)
-        self._d[(node, action)] = (new, obs, digest)
-        while len(self._d) > self.max_entries:
-            self._d.popitem(last=False)
-        return new, digest
-
-    def __len__(self) -> int:
-        return len(self._d)
+class _ProcessGone(EngineError):
+    """The episode process ended (EOF): there is nothing left to kill."""
 
 
 def _kill_groups(pgids: set[int]) -> None:
@@ -283,6 +64,12 @@ def _kill_groups(pgids: set[int]) -> None:
     for pgid in list(pgids):
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
+
+
+def _cleanup(pgids: set[int], tmp: str | None) -> None:
+    _kill_groups(pgids)
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class _Worker:
@@ -303,30 +90,53 @@ class _Worker:
         self.log_path = ""
 
     def log_tail(self) -> str:
+        """The last error line of the worker's log (else its last line)."""
         try:
             lines = [ln for ln in Path(self.log_path).read_text(errors="replace").splitlines() if ln.strip()]
         except OSError:
             return ""
-        return _one_line(lines[-1]) if lines else ""
+        errors = [ln for ln in lines if "error" in ln.lower() or "exception" in ln.lower()]
+        return one_line((errors or lines)[-1]) if lines else ""
+
+
+def _cache_location(step_cache: str | os.PathLike | None) -> str | Path | None:
+    if step_cache is None:
+        return None
+    if isinstance(step_cache, (bool, int, float)):
+        raise TypeError("step_cache is a file path, 'default', ':memory:' or None (off), not a number")
+    if str(step_cache) == "default":
+        return default_path()
+    return MEMORY if str(step_cache) == MEMORY else Path(step_cache).expanduser()
 
 
 class EnginePool:
     """Runs ALFWorld episodes concurrently for one asyncio event loop.
 
-    `workers` processes (default: one per core) each keep up to `max_cached_games` games loaded and
-    reset; an episode is a fork of its game's worker. `expert` ('handcoded' or 'planner') makes every
-    Observation carry the expert's next action in `expert_plan` (slower steps). `step_timeout_s`
-    bounds one step; a reset gets max(60 s, step_timeout_s). `step_cache` (entries, a few KB each; 0 turns it off) memoises
-    observations by (game, action history) so prefixes already played cost nothing; it returns exactly
-    what the engine returns (checked again whenever the engine replays a cached prefix). `parse_memo` makes steps and resets cheaper, also exactly (see `enable_parse_cache`). The handcoded
-    expert's random choices are seeded, so with `expert` set an episode is reproducible too.
+    `workers` processes (default: one per core; each started when first needed) keep up to
+    `max_cached_games` games loaded and reset; an episode is a fork of its game's worker. `expert`
+    ('handcoded' or 'planner') makes every Observation carry the expert's next action in `expert_plan`
+    (slower steps; its random choices are seeded, so episodes stay reproducible). `step_timeout_s`
+    bounds one step; a reset gets max(60 s, step_timeout_s). `parse_memo` makes steps and resets
+    cheaper, exactly (see `enable_parse_cache`).
+
+    `step_cache`: where the step cache lives: 'default' (`cache_root()/steps.sqlite`, shared by every
+    run), a file path, ':memory:' (this pool only) or None (off). `step_cache_max_entries` bounds the
+    file (the oldest go first). `audit`: the fraction of episodes closed with unconfirmed cache answers
+    that are replayed on the engine in the background (0 to 1); which ones is a function of
+    `audit_seed` and the episode's path, not of timing. `audit_wait_s`: how long leaving the pool waits
+    for audits still running. See the module docstring for how the cache heals.
+
     Use as `async with EnginePool() as pool: ep = await pool.new_episode(path)`.
     """
 
     def __init__(self, workers: int | None = None, *, expert: str | None = None, max_cached_games: int = 32,
-                 step_timeout_s: float = 120.0, step_cache: int = 10_000, parse_memo: bool = True):
+                 step_timeout_s: float = 120.0, step_cache: str | os.PathLike | None = "default",
+                 step_cache_max_entries: int = DEFAULT_MAX_ENTRIES, audit: float = 0.05, audit_seed: int = 0,
+                 audit_wait_s: float = 30.0, parse_memo: bool = True):
         if expert is not None and expert not in EXPERT_TYPES:
             raise ValueError(f"unknown expert {expert!r}; expected one of {EXPERT_TYPES}")
+        if not 0.0 <= float(audit) <= 1.0:
+            raise ValueError(f"audit is a fraction between 0 and 1, got {audit!r}")
         self.n_workers = max(1, int(workers or os.cpu_count() or 1))
         self.expert = expert
         self.max_cached_games = max(1, int(max_cached_games))
@@ -334,16 +144,26 @@ class EnginePool:
         self.reset_timeout_s = max(60.0, self.step_timeout_s)  # resets take seconds on a busy machine
         self.worker_timeout_s = self.reset_timeout_s + 15.0  # one request; then the worker is killed
         self.parse_memo = bool(parse_memo)
+        self.step_cache_path = _cache_location(step_cache)
+        self.step_cache_max_entries = int(step_cache_max_entries)
+        self.audit = float(audit)
+        self.audit_seed = int(audit_seed)
+        self.audit_wait_s = float(audit_wait_s)
         self.stats: dict[str, float] = dict.fromkeys(
             ["episodes", "resets", "reset_seconds", "cache_hits", "cache_misses", "forks", "fork_seconds",
              "evictions", "steps", "engine_step_seconds", "errors", "worker_restarts", "step_cache_hits",
-             "step_cache_misses", "replayed_steps", "step_cache_mismatches"], 0)
-        self._cache = _StepCache(step_cache) if step_cache > 0 else None
+             "step_cache_misses", "replayed_steps", "step_cache_mismatches", "audits", "audited_steps",
+             "audit_errors"], 0)
+        self._cache: StepCache | None = None
         self._workers = [_Worker(i) for i in range(self.n_workers)]
+        self._started_once = False  # some worker of this pool reported ready
+        self._fatal = ""  # why the engine could not start at all
         self._pgids: set[int] = set()
         self._episodes: dict[int, EngineEpisode] = {}
         self._awaiting: dict[int, asyncio.Future] = {}  # episode id -> its child's connection
         self._learned: set[tuple[str | None, ...]] = set()  # parse-memo keys already sent to the workers
+        self._audits: set[asyncio.Task] = set()
+        self._ends: dict[bytes, int] = {}  # how many episodes closed at each step-cache node
         self._ids = itertools.count(1)
         self._tmp: str | None = None
         self._sock_path = ""
@@ -351,6 +171,11 @@ class EnginePool:
         self._watchdog: asyncio.Task | None = None
         self._finalizer: weakref.finalize | None = None
         self._open = False
+
+    @property
+    def step_cache(self) -> StepCache | None:
+        """The open step cache (None when off or outside `async with`)."""
+        return self._cache
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> "EnginePool":
@@ -361,19 +186,25 @@ class EnginePool:
         self._sock_path = os.path.join(self._tmp, "engine.sock")
         self._finalizer = weakref.finalize(self, _cleanup, self._pgids, self._tmp)
         try:
-            self._server = await asyncio.start_unix_server(self._on_child, path=self._sock_path, limit=_LINE_LIMIT)
+            if self.step_cache_path is not None:
+                self._cache = StepCache(self.step_cache_path, max_entries=self.step_cache_max_entries)
+            self._server = await asyncio.start_unix_server(self._on_child, path=self._sock_path, limit=LINE_LIMIT)
             self._open = True
-            await asyncio.gather(*(self._start_worker(w) for w in self._workers))
             self._watchdog = asyncio.create_task(self._watch())
-        except BaseException as exc:
+        except BaseException:
             await self._shutdown()
-            if isinstance(exc, EngineError):
-                raise HarnevoError(f"the ALFWorld engine did not start: {exc}") from None
             raise
         return self
 
-    async def __aexit__(self, *exc_info) -> None:
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None and self._audits:
+            await asyncio.wait(set(self._audits), timeout=self.audit_wait_s)
         await self._shutdown()
+
+    async def wait_audits(self, timeout: float | None = None) -> None:
+        """Wait until the audits started so far have finished (or `timeout` seconds passed)."""
+        if self._audits:
+            await asyncio.wait(set(self._audits), timeout=timeout)
 
     async def _shutdown(self) -> None:
         """Stop everything. The synchronous part runs first, so even a cancelled shutdown leaves no
@@ -383,6 +214,8 @@ class EnginePool:
         try:
             if self._watchdog is not None:
                 self._watchdog.cancel()
+            for task in list(self._audits):
+                task.cancel()
             for ep in list(self._episodes.values()):
                 ep._drop(kill=False)
             for fut in self._awaiting.values():
@@ -407,6 +240,9 @@ class EnginePool:
                     w.reader_task.cancel()
             if self._server is not None:
                 self._server.close()
+            if self._cache is not None:
+                self._cache.close()
+                self._cache = None
             if self._finalizer is not None:
                 # SIGKILL every process group this pool started (orphans of crashed workers, workers
                 # stuck past the timeout; the rest are gone already) and remove the temp dir
@@ -424,13 +260,13 @@ class EnginePool:
         try:
             with open(w.log_path, "ab") as log:
                 w.proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-c", "from harnevo.envs.pool import _worker_main; _worker_main()",
-                    json.dumps(cfg), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                    pass_fds=(theirs.fileno(),), start_new_session=True, env=env)
+                    sys.executable, "-c", WORKER_COMMAND, json.dumps(cfg), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=log, pass_fds=(theirs.fileno(),), start_new_session=True,
+                    env=env)
         finally:
             theirs.close()
         self._pgids.add(w.proc.pid)  # start_new_session: the worker leads its own process group
-        w.reader, w.writer = await asyncio.open_unix_connection(sock=ours, limit=_LINE_LIMIT)
+        w.reader, w.writer = await asyncio.open_unix_connection(sock=ours, limit=LINE_LIMIT)
         try:
             line = await asyncio.wait_for(w.reader.readline(), timeout=max(60.0, self.step_timeout_s))
         except asyncio.TimeoutError:
@@ -443,9 +279,12 @@ class EnginePool:
             raise EngineError(f"engine worker {w.index} failed to start: {msg.get('error')}")
         w.alive, w.death = True, ""
         w.generation += 1
+        self._started_once = True
         w.reader_task = asyncio.create_task(self._read_worker(w, w.generation, w.reader))
 
     async def _ensure_worker(self, w: _Worker) -> None:
+        """Start the worker when first needed, restart it after it died. A pool none of whose
+        workers ever started cannot play at all: that is a HarnevoError, not an episode's error."""
         if w.alive:
             return
         async with w.lock:
@@ -453,10 +292,19 @@ class EnginePool:
                 return
             if not self._open:
                 raise EngineError("the engine pool is closed")
-            self.stats["worker_restarts"] += 1
-            await self._start_worker(w)
+            if self._fatal:
+                raise HarnevoError(self._fatal)
+            if w.generation:
+                self.stats["worker_restarts"] += 1
+            try:
+                await self._start_worker(w)
+            except EngineError as exc:
+                if not self._started_once:
+                    self._fatal = f"the ALFWorld engine did not start: {exc}"
+                    raise HarnevoError(self._fatal) from None
+                raise
             if self._learned and w.writer is not None:
-                w.writer.write(json.dumps({"op": "warm", "keys": [list(k) for k in self._learned]}).encode() + b"\n")
+                w.writer.write(encode({"op": "warm", "keys": [list(k) for k in self._learned]}))
 
     async def _read_worker(self, w: _Worker, generation: int, reader: asyncio.StreamReader) -> None:
         """Deliver the worker's answers in order; on EOF fail whatever was pending on it."""
@@ -472,7 +320,7 @@ class EnginePool:
                     if not fut.done():
                         fut.set_result(msg)
         except (ConnectionError, ValueError) as exc:
-            w.death = _one_line(exc)
+            w.death = one_line(exc)
         finally:
             if w.generation == generation:
                 self._worker_gone(w)
@@ -521,7 +369,7 @@ class EnginePool:
             return
         fut.set_result((reader, writer, hello))
 
-    # ------------------------------------------------------------------ episodes
+    # ------------------------------------------------------------------ engine requests
     def _check_open(self) -> None:
         if not self._open:
             raise EngineError("the engine pool is not running (use `async with EnginePool() as pool`)")
@@ -533,13 +381,13 @@ class EnginePool:
         if not new:
             return
         self._learned.update(tuple(k) for k in new)
-        line = json.dumps({"op": "warm", "keys": new}).encode() + b"\n"
+        line = encode({"op": "warm", "keys": new})
         for w in self._workers:
             if w.alive and w.writer is not None:
                 w.writer.write(line)
 
-    def _worker_for(self, path: str) -> _Worker:
-        h = int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "big")
+    def _worker_for(self, key: str) -> _Worker:
+        h = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
         return self._workers[h % len(self._workers)]
 
     async def _request(self, w: _Worker, msg: dict[str, Any]) -> dict[str, Any]:
@@ -549,7 +397,7 @@ class EnginePool:
         if not w.pending:
             w.head_since = time.monotonic()
         w.pending.append(fut)
-        w.writer.write(json.dumps(msg).encode() + b"\n")
+        w.writer.write(encode(msg))
         return await fut
 
     async def _spawn(self, path: str, key: str) -> tuple[int, asyncio.StreamReader, asyncio.StreamWriter,
@@ -559,8 +407,8 @@ class EnginePool:
         child = asyncio.get_running_loop().create_future()
         self._awaiting[eid] = child
         try:
-            reply = await self._request(self._worker_for(path), {"op": "fork", "episode": eid, "path": path,
-                                                                 "key": key})
+            reply = await self._request(self._worker_for(key), {"op": "fork", "episode": eid, "path": path,
+                                                                "key": key})
             if reply.get("op") != "forked":
                 self.stats["errors"] += 1
                 raise EngineError(reply.get("error") or f"unexpected answer from engine worker: {reply}")
@@ -589,42 +437,135 @@ class EnginePool:
         finally:
             self._awaiting.pop(eid, None)
 
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, msg: dict[str, Any],
+                        timeout: float) -> dict[str, Any]:
+        """Send one request to an episode process and read its answer (EngineError when it fails)."""
+        writer.write(encode(msg))
+        try:
+            await writer.drain()
+            line = await asyncio.wait_for(reader.readline(), timeout)
+        except asyncio.TimeoutError:
+            self.stats["errors"] += 1
+            raise EngineError(f"step {msg.get('action')!r} timed out after {timeout:g} s") from None
+        except (ConnectionError, ValueError) as exc:
+            self.stats["errors"] += 1
+            raise EngineError(f"lost the episode process: {one_line(exc)}") from None
+        if not line:
+            self.stats["errors"] += 1
+            raise _ProcessGone("the episode process died")
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            answer = {"error": f"unreadable answer from episode process: {one_line(line.decode(errors='replace'))}"}
+        if answer.get("op") != "obs":
+            self.stats["errors"] += 1
+            raise EngineError(answer.get("error") or f"unexpected answer from episode process: {answer}")
+        if answer.get("learned"):
+            self._share_learned(answer["learned"])
+        return answer
+
+    # ------------------------------------------------------------------ step cache healing and audits
+    def _heal(self, node: bytes, parent: bytes | None, action: str, obs: dict[str, Any]) -> str:
+        """The engine contradicts the cache at `node`: its answer replaces the entry; the new digest."""
+        assert self._cache is not None
+        self.stats["step_cache_mismatches"] += 1
+        return self._cache.replace(node, parent, action, obs)
+
+    def _audit_due(self, node: bytes) -> bool:
+        """Whether the next episode to close at `node` with unconfirmed answers is audited: a hash of
+        (audit_seed, node, how many closed there before) against `audit`, so the choice depends on
+        the episode's path only, never on timing."""
+        if self.audit <= 0:
+            return False
+        n = self._ends.get(node, 0) + 1
+        self._ends[node] = n
+        h = hashlib.blake2b(f"{self.audit_seed}:{n}:".encode() + node, digest_size=8).digest()
+        return int.from_bytes(h, "big") < self.audit * 2.0 ** 64
+
+    def _start_audit(self, job: "_Audit") -> None:
+        task = asyncio.create_task(self._run_audit(job))
+        self._audits.add(task)
+        task.add_done_callback(self._audits.discard)
+
+    async def _run_audit(self, job: "_Audit") -> None:
+        """Replay an episode's unconfirmed answers on the engine (its own child when it still has one,
+        else a fresh fork) and heal every entry that differs."""
+        reader, writer = job.reader, job.writer
+        try:
+            base = job.applied
+            if writer is None:
+                _pid, reader, writer, hello, _cached = await self._spawn(job.path, job.key)
+                if obs_digest(hello["first"]) != job.digests[0]:
+                    self._heal(job.nodes[0], None, "", hello["first"])
+                base = 0
+            assert reader is not None and writer is not None
+            replay = job.history[base:]
+            answer = await self._exchange(reader, writer, {"op": "step", "action": None, "replay": replay,
+                                                           "expect": job.digests[base + 1:]},
+                                          self.step_timeout_s * (1 + len(replay)))
+            self.stats["audits"] += 1
+            self.stats["audited_steps"] += len(replay)
+            for i, obs in answer.get("corrected") or []:
+                j = base + int(i)
+                self._heal(job.nodes[j + 1], job.nodes[j], job.history[j], obs)
+        except (EngineError, HarnevoError):
+            self.stats["audit_errors"] += 1
+        finally:
+            if writer is not None and not writer.is_closing():
+                with suppress(ConnectionError, RuntimeError):
+                    writer.write(encode({"op": "close"}))
+                writer.close()
+
+    # ------------------------------------------------------------------ episodes
     async def new_episode(self, game_file: str) -> "EngineEpisode":
         """A fresh episode on `game_file`, at its start state. Raises EngineError for this game only."""
         self._check_open()
         t0 = time.perf_counter()
         path = os.path.realpath(game_file)
         try:
-            st = os.stat(path)
-            if not os.path.isfile(path):
+            if os.path.isdir(path):
                 raise IsADirectoryError(0, "not a file")
+            key = game_key(path, expert=self.expert)
         except OSError as exc:
             self.stats["errors"] += 1
-            raise EngineError(f"cannot open game {game_file}: {exc.strerror}") from None
-        key = _game_key(path, st)
+            raise EngineError(f"cannot open game {game_file}: {exc.strerror or one_line(exc)}") from None
         ep = EngineEpisode(self, path, key)
-        root = self._cache.get(0, key) if self._cache is not None else None
+        cache = self._cache
+        root = cache.get(ep._nodes[0]) if cache is not None else None
         if root is not None:  # first observation known: the child is forked only if a step misses
-            ep._node, first, ep._first_digest = root
+            first, digest = root
             ep.first = Observation.from_dict(first)
+            ep._digests.append(digest)
             ep.forked_from_cache = True
         else:
             pid, reader, writer, hello, cached = await self._spawn(path, key)
             ep._attach(pid, reader, writer)
             ep.first = Observation.from_dict(hello["first"])
             ep.forked_from_cache = cached
-            if self._cache is not None:
-                ep._node, ep._first_digest = self._cache.put(0, key, hello["first"])
+            ep._digests.append(cache.put(ep._nodes[0], None, "", hello["first"]) if cache is not None
+                               else obs_digest(hello["first"]))
         self.stats["episodes"] += 1
         ep.start_seconds = time.perf_counter() - t0
         self._episodes[id(ep)] = ep
         return ep
 
 
+class _Audit:
+    """What an audit needs of a closed episode (its streams when its child is still there)."""
+
+    def __init__(self, ep: "EngineEpisode"):
+        self.path, self.key = ep.game_file, ep._key
+        self.history, self.nodes, self.digests = list(ep.history), list(ep._nodes), list(ep._digests)
+        self.applied = ep._applied
+        self.reader, self.writer = ep._reader, ep._writer
+
+
 class EngineEpisode:
     """One game being played. `first` is the observation after reset; `step` plays one action.
     Steps of one episode run one at a time; a step that fails, times out or is cancelled ends the
-    episode (its process is killed) and later steps raise EngineError."""
+    episode (its process is killed) and later steps raise EngineError. `corrections` counts the
+    answers this episode got from the step cache that the engine contradicted later in the episode
+    (each was healed; the episode went on from the engine's real state)."""
 
     first: Observation
     forked_from_cache: bool
@@ -637,11 +578,11 @@ class EngineEpisode:
         self.first = Observation(text="")
         self.forked_from_cache = False
         self.start_seconds = 0.0
+        self.corrections = 0
         self.history: list[str] = []  # actions played
-        self._digests: list[str] = []  # digest of each observation returned
-        self._first_digest = ""
+        self._nodes: list[bytes] = [root_node(key)]  # step-cache node of the start and after each action
+        self._digests: list[str] = []  # digest of the first observation and of each one returned
         self._applied = 0  # how many of `history` the child has played (the rest came from the cache)
-        self._node = 0  # step-cache trie node of the current state
         self._pid = 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -666,13 +607,16 @@ class EngineEpisode:
         async with self._lock:
             if self._closed:
                 raise EngineError("the episode is closed")
-            self.pool._check_open()
-            stats, cache = self.pool.stats, self.pool._cache
+            pool = self.pool
+            pool._check_open()
+            stats, cache = pool.stats, pool._cache
+            node = child_node(self._nodes[-1], action)
             if cache is not None:
-                hit = cache.get(self._node, action)
+                hit = cache.get(node)
                 if hit is not None:
-                    self._node, obs, digest = hit
+                    obs, digest = hit
                     self.history.append(action)
+                    self._nodes.append(node)
                     self._digests.append(digest)
                     stats["step_cache_hits"] += 1
                     stats["steps"] += 1
@@ -683,13 +627,14 @@ class EngineEpisode:
             except BaseException:
                 self._drop(kill=True)
                 raise
-            self.history.append(action)
-            self._applied = len(self.history)
             stats["steps"] += 1
             stats["engine_step_seconds"] += msg["engine_s"]
-            if cache is not None:
-                self._node, digest = cache.put(self._node, action, msg["obs"])
-                self._digests.append(digest)
+            digest = (cache.put(node, self._nodes[-1], action, msg["obs"]) if cache is not None
+                      else obs_digest(msg["obs"]))
+            self.history.append(action)
+            self._nodes.append(node)
+            self._digests.append(digest)
+            self._applied = len(self.history)
             return Observation.from_dict(msg["obs"])
 
     async def _engine_step(self, action: str) -> dict[str, Any]:
@@ -697,54 +642,44 @@ class EngineEpisode:
         if self._writer is None:  # started from the step cache: fork a child now
             pid, reader, writer, hello, _cached = await pool._spawn(self.game_file, self._key)
             self._attach(pid, reader, writer)
-            if _digest(hello["first"]) != self._first_digest:
-                pool.stats["step_cache_mismatches"] += 1
-                raise EngineError(f"step cache disagrees with the engine on the start of {self.game_file}")
+            if obs_digest(hello["first"]) != self._digests[0]:
+                self._digests[0] = pool._heal(self._nodes[0], None, "", hello["first"])
+                self.corrections += 1
         assert self._reader is not None and self._writer is not None
         replay = self.history[self._applied:]
-        self._writer.write(json.dumps({"op": "step", "action": action, "replay": replay}).encode() + b"\n")
-        timeout = pool.step_timeout_s * (1 + len(replay))
         try:
-            await self._writer.drain()
-            line = await asyncio.wait_for(self._reader.readline(), timeout)
-        except asyncio.TimeoutError:
-            pool.stats["errors"] += 1
-            raise EngineError(f"step {action!r} timed out after {timeout:g} s") from None
-        except (ConnectionError, ValueError) as exc:
-            pool.stats["errors"] += 1
-            raise EngineError(f"lost the episode process: {_one_line(exc)}") from None
-        if not line:
-            pool.stats["errors"] += 1
+            msg = await pool._exchange(self._reader, self._writer,
+                                       {"op": "step", "action": action, "replay": replay,
+                                        "expect": self._digests[self._applied + 1:]},
+                                       pool.step_timeout_s * (1 + len(replay)))
+        except _ProcessGone:
             self._pid = 0  # gone already: nothing to kill (its pid may be reused)
-            raise EngineError("the episode process died")
-        msg = json.loads(line)
-        if msg.get("op") != "obs":
-            pool.stats["errors"] += 1
-            raise EngineError(msg.get("error") or f"unexpected answer from episode process: {msg}")
-        if msg.get("learned"):
-            pool._share_learned(msg["learned"])
+            raise
         if replay:
             pool.stats["replayed_steps"] += len(replay)
-            if msg["replayed"] != self._digests[self._applied:]:
-                pool.stats["step_cache_mismatches"] += 1
-                raise EngineError(f"step cache disagrees with the engine on {self.game_file}")
+            for i, obs in msg.get("corrected") or []:
+                j = self._applied + int(i)
+                self._digests[j + 1] = pool._heal(self._nodes[j + 1], self._nodes[j], self.history[j], obs)
+                self.corrections += 1
         return msg
 
     async def close(self) -> None:
-        """End the episode; its process exits. Idempotent."""
+        """End the episode; its process exits. Idempotent. When the step cache answered steps no
+        engine confirmed, the episode may be chosen for an audit, which runs after this returns."""
         if self._closed:
             return
+        pool = self.pool
+        unconfirmed = self._writer is None or self._applied < len(self.history)
+        if pool._open and pool._cache is not None and unconfirmed and pool._audit_due(self._nodes[-1]):
+            pool._start_audit(_Audit(self))  # it takes over this episode's process, if any
+            self._writer = None
         writer = self._writer
         if writer is not None and not writer.is_closing():
             with suppress(ConnectionError, RuntimeError):
                 writer.write(b'{"op": "close"}\n')
         self._drop(kill=False)
-
-
-def _cleanup(pgids: set[int], tmp: str | None) -> None:
-    _kill_groups(pgids)
-    if tmp:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if pool._cache is not None:
+            pool._cache.maybe_flush()
 
 
 __all__ = ["EngineError", "EnginePool", "EngineEpisode"]

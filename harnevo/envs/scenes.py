@@ -7,20 +7,23 @@ the pose from which the agent reaches them (`FloorPlanN-openable.json`) and the 
 furnished without it: receptacles come from the layout files (plus the fixed appliances the layout
 files leave out, such as stove burners), objects are placed only in receptacles that
 `alfworld.gen.constants.VAL_RECEPTACLE_OBJECTS` allows, and every position is synthetic.
+Also here: which tasks a scene can host (`task_candidates`, `feasible_families`), and the held-out
+scene split built on that (`split_scenes`).
 
-Pure Python: nothing here imports textworld.
+Pure Python: nothing here imports textworld; the wheel's data comes through harnevo.envs.alfworld.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from harnevo.envs.alfworld import alfworld_constants, alfworld_dir
+from harnevo.envs.families import FAMILIES
 from harnevo.errors import HarnevoError
 
 ROOM_TYPES = ("Kitchen", "LivingRoom", "Bedroom", "Bathroom")
@@ -32,29 +35,12 @@ ALFWORLD_UNSEEN_SCENES = (10, 219, 308, 424)
 GRID = 0.25  # AI2-THOR agent step: location names are grid coordinates
 
 
-def import_alfworld():
-    """`import alfworld`, minus its side effect: alfworld/__init__ sets $ALFWORLD_DATA (to
-    ~/.cache/alfworld) for the whole process, which would make harnevo look for official games there.
-    Later imports of alfworld modules are side-effect free, the package being loaded."""
-    before = os.environ.get("ALFWORLD_DATA")
-    import alfworld
-
-    if before is None:
-        os.environ.pop("ALFWORLD_DATA", None)
-    else:
-        os.environ["ALFWORLD_DATA"] = before
-    return alfworld
-
-
 def _constants():
-    import_alfworld()
-    from alfworld.gen import constants  # pure data module of the alfworld wheel
-
-    return constants
+    return alfworld_constants()  # alfworld.gen.constants, a pure data module of the alfworld wheel
 
 
 def layouts_dir() -> Path:
-    return Path(import_alfworld().__file__).resolve().parent / "gen" / "layouts"
+    return alfworld_dir() / "gen" / "layouts"
 
 
 def room_of(scene: int) -> str:
@@ -423,6 +409,78 @@ def place_agent(scene: Scene, rng: random.Random) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# Tasks a scene can host
+
+# Room types per family, weighted as in ALFWorld's released games (train + valid splits), within the
+# room types ALFWorld allows for each task (alfworld.gen.constants.GOALS_VALID).
+FAMILY_ROOM_WEIGHTS: dict[str, dict[str, float]] = {
+    "pick": {"Kitchen": 0.18, "LivingRoom": 0.26, "Bedroom": 0.24, "Bathroom": 0.32},
+    "look": {"LivingRoom": 0.10, "Bedroom": 0.90},
+    "clean": {"Kitchen": 0.70, "Bathroom": 0.30},
+    "heat": {"Kitchen": 1.0},
+    "cool": {"Kitchen": 1.0},
+    "pick2": {"Kitchen": 0.08, "LivingRoom": 0.31, "Bedroom": 0.28, "Bathroom": 0.33},
+}
+APPLIANCE = {"clean": "SinkBasin", "heat": "Microwave", "cool": "Fridge"}
+ACTION_CLASS = {"clean": "Cleanable", "heat": "Heatable", "cool": "Coolable"}
+VERB = {"clean": "clean", "heat": "heat", "cool": "cool"}
+# Pickupable types that ALFWorld's games never ask for.
+NOT_TARGETS = {"BaseballBat", "BasketBall", "Boots", "HandTowel", "PaperTowel", "PaperTowelRoll", "Plunger",
+               "ScrubBrush", "TeddyBear", "TennisRacket", "ToiletPaperRoll", "Towel", "WateringCan"}
+LOOK_TOGGLE = "DeskLamp"
+
+
+def task_candidates(layout: Layout, family: str) -> list[tuple[str, str]]:
+    """(object type, destination type or lamp) pairs a game of `family` can use in this scene: the
+    object must fit some receptacle of the scene other than the destination and the appliance (so it
+    can start visible somewhere), and fit the destination."""
+    c = _constants()
+    rtypes = layout.receptacle_types
+    pick = pickupable_types()
+    objs = [t for t in layout.object_types if t in pick and t in c.OBJECTS and t not in NOT_TARGETS]
+    out: list[tuple[str, str]] = []
+    if family == "look":
+        if LOOK_TOGGLE not in layout.object_types or not hosts_for(LOOK_TOGGLE, rtypes):
+            return []
+        return [(o, LOOK_TOGGLE) for o in objs if hosts_for(o, rtypes)]
+    appliance = APPLIANCE.get(family)
+    if appliance:
+        if appliance not in rtypes:
+            return []
+        objs = [o for o in objs if o in c.VAL_ACTION_OBJECTS[ACTION_CLASS[family]]]
+    for o in objs:
+        hosts = hosts_for(o, rtypes)
+        for parent in hosts:
+            if parent == appliance:
+                continue
+            if [h for h in hosts if h not in (parent, appliance)]:
+                out.append((o, parent))
+    return out
+
+
+@lru_cache(maxsize=None)
+def candidates(scene: int, family: str) -> tuple[tuple[str, str], ...]:
+    return tuple(task_candidates(load_layout(scene), family))
+
+
+def family_scenes(family: str, scenes: list[int] | tuple[int, ...]) -> dict[str, list[int]]:
+    """Room type -> the given scenes of that room type where `family` has a task (rooms of weight 0
+    left out)."""
+    out: dict[str, list[int]] = {}
+    for room, w in FAMILY_ROOM_WEIGHTS[family].items():
+        if w <= 0:
+            continue
+        ok = [s for s in scenes_of_room(room, scenes) if candidates(s, family)]
+        if ok:
+            out[room] = ok
+    return out
+
+
+def feasible_families(scenes: list[int] | tuple[int, ...]) -> list[str]:
+    return [f for f in FAMILIES if family_scenes(f, scenes)]
+
+
+# --------------------------------------------------------------------------------------------------
 # Held-out scenes
 
 
@@ -432,8 +490,6 @@ def split_scenes(seed: int | None = None, *, per_room: int = 1,
     ALFWorld's valid_unseen, whose games use scenes its train split never uses. With seed None the
     held-out scenes are ALFWorld's own unseen ones (10, 219, 308, 424); with a seed they are drawn
     (sorted scene lists, `random.Random(seed)`), redrawn until both sides can host every task family."""
-    from harnevo.envs.generate import feasible_families  # local: generate imports this module
-
     pool = sorted(scenes) if scenes is not None else list(all_scenes())
     all_fams = set(feasible_families(pool))
     if seed is None and per_room == 1 and set(ALFWORLD_UNSEEN_SCENES) <= set(pool):
