@@ -1,9 +1,12 @@
-"""Simulated agents (harnevo/models/sim.py): unit tests on hand-written messages, and one end-to-end
-check against the real ALFWorld engine with a tiny loop that renders the harness message format."""
+"""Simulated agents (harnevo/models/sim/): unit tests on hand-written messages, the replies recorded from
+the sim before it was split into a package (tests/data/sim_replies.json.xz), and one end-to-end check
+against the real ALFWorld engine with the real harness renderer, seed templates and workspace."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import lzma
 import re
 import time
 from pathlib import Path
@@ -11,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from harnevo.errors import ModelNotFoundError
-from harnevo.models.base import Model
-from harnevo.models.sim import make_sim, parse_goal, read_messages
+from harnevo.models.base import Model, approx_tokens
+from harnevo.models.sim import make_sim, prompt_tokens, read_goal, read_messages
 
 SYSTEM = "You are an agent in a household. Reply with 'Think: <thought>' and 'Action: <command>'."
 SYSTEM_META = SYSTEM + """
@@ -55,9 +58,11 @@ def test_contract_and_usage():
     assert isinstance(model, Model) and model.simulated and model.name == "sim/bounded"
     msgs = turn("put a apple in fridge.")
     reply = asyncio.run(model.complete(msgs))
-    assert reply.text.startswith("Think: ") and "\nAction: " in reply.text
-    assert reply.usage.prompt_tokens > 50 and reply.usage.completion_tokens > 0 and reply.usage.cost_usd == 0
-    assert reply.latency_s >= 0
+    assert reply.text == model.decide(msgs).text  # complete() is decide() plus usage and timing
+    assert re.fullmatch(r"Think: [^\n]+\nAction: [a-z][^\n]*", reply.text), reply.text
+    assert reply.usage.prompt_tokens == sum(approx_tokens(m["content"]) for m in msgs) == prompt_tokens(msgs)
+    assert reply.usage.completion_tokens == approx_tokens(reply.text) and reply.usage.cost_usd == 0
+    assert 0 < reply.latency_s < 1.0
     asyncio.run(model.aclose())
 
 
@@ -77,7 +82,7 @@ def test_goal_parsing():
         "put a knife in drawer.": ("pick", "knife", "drawer"),
     }
     for text, want in cases.items():
-        g = parse_goal(f"Your task is to: {text}")
+        g = read_goal(f"Your task is to: {text}")
         assert g is not None and (g.family, g.obj, g.target) == want, text
 
 
@@ -222,7 +227,8 @@ def test_random_and_latency():
     t0 = time.perf_counter()
     reply = asyncio.run(model.complete(msgs))
     assert time.perf_counter() - t0 >= 0.045 and reply.latency_s >= 0.045
-    assert model.simulated
+    # sim/latency is sim/bounded with a wait: the same reply for the same parameters
+    assert reply.text == make_sim("sim/bounded?lapse=0").decide(msgs).text
 
 
 def test_reads_only_visible_text():
@@ -236,53 +242,88 @@ def test_reads_only_visible_text():
 
 
 # --------------------------------------------------------------------------------------------------------
-# End to end with the real engine
+# The same replies as before the split
 # --------------------------------------------------------------------------------------------------------
-DATA = Path(__file__).resolve().parents[2] / "shared" / "alfworld" / "json_2.1.1" / "valid_seen"
+REPLIES = Path(__file__).resolve().parent / "data" / "sim_replies.json.xz"
 
 
-def _render(task, room, history, obs, adm):
-    parts = [f"## Task\nYour task is to: {task}", f"## Room\n{room}"]
-    if history:
-        parts.append(f"## History (last {len(history)} steps)\n" + "\n".join(f"> {a}\n{o}" for a, o in history))
-    parts.append(f"## Observation\n{obs}")
-    parts.append("## Admissible actions\n" + " | ".join(adm))
-    return "\n\n".join(parts)
+def test_replies_match_the_recorded_ones():
+    """628 real turn messages (three seed harnesses, 18 official games, multi-turn chats among them) and
+    the replies of six sim settings to them, recorded from the single-module sim before the split (see
+    tests/data/make_sim_replies.py). The sim must still give exactly these replies."""
+    data = json.loads(lzma.decompress(REPLIES.read_bytes()))
+    records = data["records"]
+    assert len(records) == 628 and {r["spec"] for r in records[0]["replies"]} >= {"sim/bounded", "sim/random?seed=3"}
+    differ = []
+    for i, rec in enumerate(records):
+        assert prompt_tokens(rec["messages"]) == rec["prompt_tokens"], i
+        for want in rec["replies"]:
+            d = make_sim(want["spec"]).decide(rec["messages"], want["sample"])
+            got = {"text": d.text, "action": d.action, "planned": d.planned, "lapsed": d.lapsed,
+                   "p_lapse": d.p_lapse, "completion_tokens": approx_tokens(d.text)}
+            if any(got[k] != want[k] for k in got):
+                differ.append((i, want["spec"], want["sample"], want["text"], d.text))
+    assert not differ, f"{len(differ)} replies differ from {REPLIES.name}; first: {differ[0]}"
 
 
-async def _play(model, game_file: str, max_steps: int = 30) -> bool:
+# --------------------------------------------------------------------------------------------------------
+# End to end with the real engine, the real renderer, the seed templates and the real workspace
+# --------------------------------------------------------------------------------------------------------
+def _template_sources(h) -> dict[str, str]:
+    sources = getattr(h, "template_sources", None)  # block-form harnesses assemble their templates
+    return sources() if callable(sources) else dict(h.templates)
+
+
+def _play(h, model, game_file: str) -> tuple[bool, int]:
+    """One game, turn by turn as the evaluator plays it: render the seed's templates on the documented
+    context (harnevo/harness/render.py), ask the model, parse, guard, step the engine, update the
+    workspace. Returns (won, steps)."""
     from harnevo.envs.alfworld import make_env, reset, step
+    from harnevo.harness.experience import ExperienceBank
+    from harnevo.harness.guard import guard
+    from harnevo.harness.parse import parse_reply
+    from harnevo.harness.render import Renderer
+    from harnevo.harness.task import parse_task_goal, split_first_observation
+    from harnevo.harness.workspace import Workspace
 
+    renderer = Renderer(_template_sources(h))
     env = make_env(game_file)
     try:
-        o = reset(env)
-        room = re.search(r"You are in the middle of a room\.[^\n]*", o.text).group(0)
-        task = re.search(r"Your task is to: (.*)", o.text).group(1)
-        hist: list[tuple[str, str]] = []
-        obs, adm = room, o.admissible
-        for _ in range(max_steps):
-            msgs = [{"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": _render(task, room, hist, obs, adm)}]
-            reply = await model.complete(msgs)
-            m = re.findall(r"^Action:\s*(.*)$", reply.text, re.M)
-            a = m[-1].strip() if m else ""
-            o = step(env, a)
-            hist.append((a, o.text))
-            obs, adm = o.text, o.admissible
+        first = reset(env)
+        room, task = split_first_observation(first.text)
+        ws = Workspace.start(h.memory, parse_task_goal(task), room, ExperienceBank(None, size=5))
+        observation, last_action, admissible = room, "", list(first.admissible)
+        history: list[dict[str, str]] = []
+        for n in range(h.budget.max_steps):
+            window = h.memory.history_window
+            ctx = {"task": task, "room": room, "observation": observation, "last_action": last_action,
+                   "admissible": admissible, "history": history[:-1][-window:] if window else [],
+                   "step": n + 1, "max_steps": h.budget.max_steps, "steps_left": h.budget.max_steps - n,
+                   "mode": h.mode, "meta_actions": [], "guard_note": "", **ws.panels(h.mode)}
+            reply = asyncio.run(model.complete(renderer.messages(ctx)))
+            action = guard(h.guard, parse_reply(reply.text).action or "", admissible).action
+            assert action, reply.text
+            o = step(env, action)
+            ws.observe(o.text)
+            observation, last_action, admissible = o.text, action, list(o.admissible)
+            history.append({"action": action, "observation": o.text})
             if o.won:
-                return True
-        return False
+                return True, n + 1
+        return False, h.budget.max_steps
     finally:
         env.close()
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/alfworld valid_seen games")
-def test_end_to_end_wins_real_games():
+def test_end_to_end_wins_real_games(alfworld_data):
     pytest.importorskip("alfworld")
-    games = []
-    for prefix in ("pick_and_place_simple", "pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep",
-                   "look_at_obj_in_light"):
-        games.append(str(sorted(DATA.glob(f"{prefix}-*/*/game.tw-pddl"))[0]))
+    from harnevo.envs.games import scan_split
+    from harnevo.harness.spec import load_harness
+
+    games = scan_split(alfworld_data, "valid_seen")
+    picked = [next(g for g in games if g.family == f) for f in ("pick", "clean", "heat", "look")]
+    h = load_harness("bpe_always_on").evolve(budget={"max_steps": 30})
     model = make_sim("sim/bounded?lapse=0&per_1k_tokens=0&forget_per_1k=0&knowledge=1")
-    wins = [asyncio.run(_play(model, g)) for g in games]
-    assert sum(wins) >= 3, list(zip(games, wins))
+    results = {g.name: _play(h, model, g.path) for g in picked}
+    # a lapse-free sim that knows where things usually are, shown every panel, wins each of these
+    assert all(won for won, _ in results.values()), results
+    assert sum(steps for _, steps in results.values()) <= 35, results  # 25 (4 + 7 + 11 + 3) measured

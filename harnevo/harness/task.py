@@ -1,5 +1,8 @@
 """The goal of an ALFWorld game as harness code reads it from the first observation: the task sentence,
-the room description, and a parse of the goal (family, object type, target) used to seed Progress."""
+the room description, and a parse of the goal (family, object type, target) used to seed Progress.
+
+`TaskGoal`/`parse_task_goal` are the harness's. The simulated agents read the task on their own
+(`harnevo.models.sim.goal.SimGoal`/`read_goal`), from the message text only, and never import these."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 
 
 @dataclass(frozen=True)
-class Goal:
+class TaskGoal:
     text: str  # "put a clean apple in fridge."
     family: str | None  # pick, look, clean, heat, cool, pick2; None when the sentence is not recognised
     obj: str | None  # "apple"
@@ -47,12 +50,13 @@ def split_first_observation(text: str) -> tuple[str, str]:
     return room, task
 
 
-def parse_goal(task: str) -> Goal:
+def parse_task_goal(task: str) -> TaskGoal:
     s = task.strip().lower().rstrip(".")
     for family, pat in _PATTERNS:
         m = pat.match(s)
         if m:
             groups = [g for g in m.groups() if g]
             obj, target = groups[0], groups[-1]
-            return Goal(text=task, family=family, obj=obj, target=target)
-    return Goal(text=task, family=None, obj=None, target=None)
+            return TaskGoal(text=task, family=family, obj=obj, target=target)
+    return TaskGoal(text=task, family=None, obj=None, target=None)
+
