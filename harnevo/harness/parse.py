@@ -1,5 +1,11 @@
 """Turning a model's reply into an action or a meta-action, tolerantly. An unparseable reply is not an
-exception: it comes back with `error` set, and the episode records an invalid step."""
+exception: it comes back with `error` set, and the episode records an invalid step.
+
+A reply is read from, in this order: the last line "Action: <command>" (also "act:", "command:", bold or
+backticked), else the last line "> <command>". With `bare_line=True` (a harness's
+`reply.bare_line_fallback`), a reply with neither is read from its last line when that line is at most
+80 characters (or is the only line); by default such a reply is invalid, so chatter like
+"Sure! Here is my answer." is never sent to the game as a command."""
 
 from __future__ import annotations
 
@@ -36,7 +42,7 @@ def normalise(cmd: str) -> str:
     return cmd.lower()
 
 
-def parse_reply(text: str, *, meta_actions: bool = False) -> ParsedReply:
+def parse_reply(text: str, *, meta_actions: bool = False, bare_line: bool = False) -> ParsedReply:
     if not text or not text.strip():
         return ParsedReply(error="empty reply")
     body = _THINK_BLOCK.sub("", text)
@@ -44,7 +50,7 @@ def parse_reply(text: str, *, meta_actions: bool = False) -> ParsedReply:
     candidates = [m.group(1) for m in _ACTION_LINE.finditer(body)]
     if not candidates:
         candidates = [m.group(1) for m in _PROMPT_LINE.finditer(body)]
-    if not candidates:
+    if not candidates and bare_line:
         lines = [ln for ln in body.strip().splitlines() if ln.strip() and not _THOUGHT_LINE.match(ln)]
         if len(lines) == 1 or (lines and len(lines[-1]) <= 80):
             candidates = [lines[-1]]
