@@ -19,9 +19,9 @@ from harnevo.harness.experience import ExperienceBank
 from harnevo.harness.parse import parse_reply
 from harnevo.harness.guard import guard
 from harnevo.harness.spec import load_harness
-from harnevo.harness.task import parse_goal, split_first_observation
+from harnevo.harness.task import parse_task_goal, split_first_observation
 from harnevo.harness.workspace import Workspace
-from harnevo.runtime.episode import HarnessProgram, _Step
+from harnevo.runtime.session import HarnessProgram, _Step
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "alfworld"
 
@@ -45,7 +45,7 @@ def time_harness(name: str, first: str, steps, repeat: int) -> float:
     t0 = time.perf_counter()
     for _ in range(repeat):
         room, task = split_first_observation(first)
-        ws = Workspace.start(h.memory, parse_goal(task), room, ExperienceBank(None, size=20))
+        ws = Workspace.start(h.memory, parse_task_goal(task), room, ExperienceBank(None, size=20))
         history: list[_Step] = []
         obs, last, adm = room, "", steps[0][2]
         for i, (a, text, admissible) in enumerate(steps):

@@ -55,9 +55,17 @@ def apply(
     budget_tokens: Optional[int] = typer.Option(None, help="stop starting episodes once this many tokens would be passed"),
     no_cache: bool = typer.Option(False, "--no-cache", help="do not read or write the reply cache"),
     cache: Optional[Path] = typer.Option(None, help="reply cache file (default ~/.cache/harnevo/replies.sqlite)"),
+    no_step_cache: bool = typer.Option(False, "--no-step-cache", help="do not read or write the engine's step cache"),
+    step_cache: Optional[Path] = typer.Option(None, help="engine step cache file (default ~/.cache/harnevo/steps.sqlite)"),
     timeout: float = typer.Option(60.0, help="seconds per model call"),
     max_steps: Optional[int] = typer.Option(None, help="override the harness's step budget (gives a derived harness id)"),
     max_tokens: Optional[int] = typer.Option(None, help="override the harness's reply length in tokens"),
+    cache_tag: Optional[str] = typer.Option(None, help="fingerprint of the served model in the reply-cache key "
+                                            "(e.g. a checkpoint hash), or 'api_base' to key on the server address"),
+    bank: Optional[Path] = typer.Option(None, help="Experience bank (experience.json) to start from, e.g. learned on train"),
+    freeze_bank: bool = typer.Option(False, "--freeze-bank", help="read --bank, never change it (held-out evaluation)"),
+    experience_lag: int = typer.Option(16, help="episode i reads lessons of episodes 0..i-LAG (same results at any "
+                                       "concurrency; at most LAG episodes of a bank harness in flight)"),
 ) -> None:
     """Play ALFWorld games with MODEL under HARNESS and report how well it did."""
     from harnevo.runtime.apply import ApplyOptions, run_apply
@@ -66,7 +74,9 @@ def apply(
                         concurrency=concurrency, out=out, data=data, seed=seed, samples=samples, workers=workers,
                         api_base=api_base, price=_parse_price(price), budget_usd=budget_usd,
                         budget_tokens=budget_tokens, cache=None if no_cache else (cache or "default"),
-                        timeout_s=timeout, max_steps=max_steps, max_tokens=max_tokens)
+                        timeout_s=timeout, max_steps=max_steps, max_tokens=max_tokens, cache_tag=cache_tag,
+                        bank=bank, freeze_bank=freeze_bank, experience_lag=experience_lag,
+                        step_cache=None if no_step_cache else (step_cache or "default"))
     run_apply(opts)
 
 
@@ -121,21 +131,23 @@ def data_generate(
 
 @harness_app.command("list")
 def harness_list() -> None:
-    """The seed harnesses shipped with harnevo."""
+    """The seed harnesses shipped with harnevo, with their behaviour ids."""
     from harnevo.harness.spec import load_harness, seed_names
 
     for name in seed_names():
         h = load_harness(name)
-        typer.echo(f"{name:16s} {h.id}  mode={h.mode:9s} guard={h.guard:18s} {h.description.split('.')[0]}")
+        typer.echo(f"{name:16s} {h.behaviour_id}  mode={h.mode:9s} guard={h.guard:20s} "
+                   f"{h.description.split('.')[0]}")
 
 
 @harness_app.command("show")
 def harness_show(harness: str = typer.Argument(..., help="a harness YAML file or a seed name")) -> None:
-    """Validate a harness and print its canonical YAML with its id."""
+    """Validate a harness and print its canonical YAML with its id and behaviour id."""
     from harnevo.harness.spec import load_harness
 
     h = load_harness(harness)
     typer.echo(f"# id: {h.id}")
+    typer.echo(f"# behaviour_id: {h.behaviour_id}")
     typer.echo(h.to_yaml())
 
 

@@ -26,6 +26,16 @@ def alfworld_data() -> Path:
     return root
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _hermetic_session(tmp_path_factory):
+    """harnevo's caches (replies, engine steps, generated games) go to a temp dir for the whole session,
+    before any module-scoped fixture (an engine pool, say) opens them."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HARNEVO_CACHE", str(tmp_path_factory.getbasetemp() / "harnevo-cache"))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(autouse=True)
 def _hermetic(tmp_path_factory, monkeypatch):
     """Reply caches of tests go to a temp dir; generated games are shared by the whole session."""

@@ -176,6 +176,10 @@ class FakeOpenAIServer:
         messages = body.get("messages") or []
         text = self.reply(messages)
         prompt = "".join(str(m.get("content") or "") for m in messages)
+        finish = "stop"
+        limit = body.get("max_tokens")
+        if isinstance(limit, int) and approx_tokens(text) > limit:  # as a real server: cut at max_tokens
+            text, finish = text[: 4 * limit], "length"
         pt, ct = approx_tokens(prompt), approx_tokens(text)
         with self._lock:
             self.served += 1
@@ -186,7 +190,7 @@ class FakeOpenAIServer:
             "created": int(time.time()),
             "model": body.get("model", "test-model"),
             "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
             ],
             "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
         }

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from harnevo.runtime.apply import ApplyOptions, run_apply
+from harnevo.runtime.summary import wilson
 
-SUMMARY_KEYS = {"harness_id", "harness_name", "model", "simulated", "split", "games", "success_rate", "ci95",
+SUMMARY_KEYS = {"harness_id", "behaviour_id", "harness_name", "infra_errors", "spent_usd", "episodes", "model", "simulated", "split", "games", "success_rate", "ci95",
                 "per_family", "mean_steps", "meta_actions_per_episode", "prompt_tokens", "completion_tokens",
                 "cost_usd", "wall_seconds", "data_source", "alfworld", "textworld"}
 
@@ -36,14 +37,18 @@ def test_apply_writes_results_and_resumes(harness, alfworld_data, tmp_path):
     summary = run_apply(opts)
     assert SUMMARY_KEYS <= set(summary)
     assert summary["games"] == 3 and summary["simulated"] is True and summary["model"] == "sim/bounded"
-    lo, hi = summary["ci95"]
-    assert 0 <= lo <= summary["success_rate"] <= hi <= 1
-    assert sum(f["games"] for f in summary["per_family"].values()) == 3
     trajs = _lines(out)
-    assert len(trajs) == 3 and len({t["key"] for t in trajs}) == 3
+    wins = sum(t["success"] for t in trajs)
+    assert summary["successes"] == wins and summary["success_rate"] == wins / 3
+    assert summary["ci95"] == list(wilson(wins, 3))
+    assert sum(f["games"] for f in summary["per_family"].values()) == 3
+    assert len(trajs) == 3 and len({t["key"] for t in trajs}) == 3 and all(t["status"] == "ok" for t in trajs)
     t = trajs[0]
     assert t["turns"] and t["turns"][0]["messages"][0]["role"] == "system" and t["task"]
-    assert all(tu["reply"] is not None for tu in t["turns"])
+    assert t["task"] in t["turns"][0]["messages"][1]["content"]
+    assert all(tu["reply"].strip() and (tu["executed"] or tu["meta"] or tu["invalid"] or tu["guard_note"])
+               for tu in t["turns"])
+    assert t["steps"] == t["turns"][-1]["step"] and (t["success"] == (t["reason"] == "won"))
     if harness == "bpe_inline":
         assert (out / "experience.json").is_file()
     # re-running into the same folder plays nothing again

@@ -72,7 +72,7 @@ def test_faults_survived_then_cached_replay_is_free(alfworld_data, server, tmp_p
     assert server.requests == served
     s2 = json.loads((out2 / "summary.json").read_text())
     assert s2["cache_hits"] == sum(len(t["turns"]) for t in _trajs(out2)) > 0
-    assert s2["success_rate"] == summary["success_rate"] and s2["cost_usd"] == 0
+    assert s2["success_rate"] == summary["success_rate"] and s2["spent_usd"] == 0
     # the key is nowhere: results, cache, logs
     for path in [*out1.rglob("*"), *out2.rglob("*"), *tmp_path.glob("replies.sqlite*")]:
         if path.is_file():
@@ -80,15 +80,17 @@ def test_faults_survived_then_cached_replay_is_free(alfworld_data, server, tmp_p
     assert TEST_API_KEY not in r.stdout + r.stderr
 
 
-def test_failed_calls_are_recorded_failures(alfworld_data, server, tmp_path):
-    server.set_faults("500*40")  # more than the retries allow: the episode records the failure
+def test_failed_calls_are_infra_errors_not_failures(alfworld_data, server, tmp_path):
+    server.set_faults("500*40")  # more than the retries allow: the episode is an infra_error
     out = tmp_path / "fail"
     args = _common(alfworld_data, server, out, tmp_path / "c.sqlite", games=1)
     r = _apply(*args, "--no-cache", env_extra={})
     assert r.returncode == 0, r.stderr[-2000:]
     (t,) = _trajs(out)
-    assert not t["success"] and t["reason"].startswith("model call failed") and "500" in t["reason"]
+    assert t["status"] == "infra_error" and t["reason"].startswith("model call failed") and "500" in t["reason"]
     assert TEST_API_KEY not in t["reason"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["infra_errors"] == 1 and summary["games"] == 0 and summary["success_rate"] == 0.0
 
 
 def test_budget_stops_at_the_limit(alfworld_data, server, tmp_path):

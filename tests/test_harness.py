@@ -1,18 +1,22 @@
-"""The harness as a program: strict schema, sandboxed templates, identity, parsing, guards, workspace."""
+"""The harness as a program: strict schema, loading, identity, sandboxed templates, workspace.
+(Genome and prompt blocks: test_genome.py; render budgets: test_render_bounds.py; replies and guards:
+test_parse_guard.py.)"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 from harnevo.errors import HarnessError
 from harnevo.harness.belief import Belief, split_items
 from harnevo.harness.experience import ExperienceBank
-from harnevo.harness.guard import guard
-from harnevo.harness.parse import parse_reply
-from harnevo.harness.spec import Harness, load_harness, seed_names
-from harnevo.harness.task import parse_goal, split_first_observation
+from harnevo.harness.spec import Harness, StepBudget, load_harness, seed_names
+from harnevo.harness.task import parse_task_goal, split_first_observation
 from harnevo.harness.workspace import Workspace
 
 SEEDS = ["bpe_always_on", "bpe_inline", "react"]
@@ -22,13 +26,45 @@ def _yaml_of(name: str) -> str:
     return load_harness(name).to_yaml()
 
 
+def _hand_written(name: str, **templates: str) -> dict:
+    """A seed as a hand-written-templates harness mapping, with some templates replaced."""
+    h = load_harness(name)
+    data = h.model_dump(mode="json")
+    data["prompt"] = None
+    data["templates"] = {**h.template_sources(), **templates}
+    return data
+
+
+def _cli(args: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
+    """Run `harnevo ARGS` in-process as the console script does; (exit code, stdout, stderr)."""
+    from harnevo.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["harnevo", *args])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out, err = capsys.readouterr()
+    return e.value.code or 0, out, err
+
+
 def test_seeds_load_and_ids_are_stable():
     assert set(SEEDS) <= set(seed_names())
     ids = {load_harness(n).id for n in SEEDS}
     assert len(ids) == 3
-    h = load_harness("react")
+    for n in SEEDS:
+        h = load_harness(n)
+        again = Harness.from_yaml(h.to_yaml())
+        assert again == h and again.id == h.id and again.behaviour_id == h.behaviour_id
+        assert again.to_yaml() == h.to_yaml()
+        assert hash(again) == hash(h) and len({h, again}) == 1
+
+
+def test_yaml_round_trip_keeps_awkward_text():
+    awkward = "line one  \n\ttabbed: {{ not jinja }}\n  'quoted' \"double\" \\ back\n\n\ntrailing\n"
+    h = load_harness("react").evolve(prompt={"text": {"examples": awkward, "instruction": "a: b # c"}})
     again = Harness.from_yaml(h.to_yaml())
-    assert again.id == h.id and again == h
+    assert again == h and again.prompt.text.examples == awkward and again.id == h.id
+    hand = Harness.from_dict(_hand_written("react", turn="{{ task }}\n  kept  \n"))
+    assert Harness.from_yaml(hand.to_yaml()) == hand and "prompt" not in hand.to_yaml()
 
 
 def test_id_changes_with_any_field():
@@ -36,6 +72,20 @@ def test_id_changes_with_any_field():
     assert h.evolve(memory={"history_window": 9}).id != h.id
     assert h.evolve(guard="reject").id != h.id
     assert h.evolve(memory={"history_window": 8}).id == h.id
+    assert h.evolve(name="renamed").id != h.id  # the full id covers the name; behaviour_id does not
+
+
+def test_step_budget_and_integral_floats():
+    h = load_harness("react")
+    assert isinstance(h.budget, StepBudget)
+    text = _yaml_of("react").replace("max_steps: 50", "max_steps: 50.0").replace("max_tokens: 256", "max_tokens: 256.0")
+    again = Harness.from_yaml(text)
+    assert again.budget.max_steps == 50 and type(again.budget.max_steps) is int and again.id == h.id
+    with pytest.raises(HarnessError, match="budget.max_steps"):
+        Harness.from_yaml(_yaml_of("react").replace("max_steps: 50", "max_steps: 50.5"))
+    with pytest.raises(HarnessError, match="budget.max_steps"):
+        Harness.from_yaml(_yaml_of("react").replace("max_steps: 50", "max_steps: 5000.0"))
+    assert h.evolve(model={"temperature": 1}).model.temperature == 1.0
 
 
 def test_unknown_key_names_the_field(tmp_path):
@@ -44,6 +94,21 @@ def test_unknown_key_names_the_field(tmp_path):
         Harness.from_yaml(text)
     text = _yaml_of("react").replace("history_window: 8", "history_window: 8\n  histroy: 3")
     with pytest.raises(HarnessError, match="memory.histroy"):
+        Harness.from_yaml(text)
+    text = _yaml_of("react").replace("    examples: ''", "    examples: ''\n    exampels: x")
+    with pytest.raises(HarnessError, match="prompt.text.exampels"):
+        Harness.from_yaml(text)
+    text = _yaml_of("react").replace("room, history", "room, histroy")
+    with pytest.raises(HarnessError, match="unknown block 'histroy'"):
+        Harness.from_yaml(text)
+    text = _yaml_of("react").replace("room, history", "room, room")
+    with pytest.raises(HarnessError, match="listed twice: room"):
+        Harness.from_yaml(text)
+    text = _yaml_of("react").replace("room, history", "role, history")  # a system block in the turn
+    with pytest.raises(HarnessError, match="unknown block 'role'"):
+        Harness.from_yaml(text)
+    text = _yaml_of("react").replace("      room: Room", "      room: |-\n        Two\n        lines")
+    with pytest.raises(HarnessError, match="headers.room.*one line"):
         Harness.from_yaml(text)
 
 
@@ -56,13 +121,18 @@ def test_wrong_type_names_the_field():
         Harness.from_yaml(text)
 
 
-def test_malformed_yaml_and_missing_template():
+def test_malformed_yaml_missing_template_and_both_forms():
     with pytest.raises(HarnessError, match="not valid YAML"):
         Harness.from_yaml("name: [unclosed\n")
     with pytest.raises(HarnessError, match="missing template"):
         Harness.from_yaml("name: x\ntemplates:\n  system: hi\n")
     with pytest.raises(HarnessError, match="mapping"):
         Harness.from_yaml("- a\n- b\n")
+    with pytest.raises(HarnessError, match="exactly one of `prompt`"):
+        Harness.from_yaml("name: x\n")
+    both = {**_hand_written("react"), "prompt": load_harness("react").model_dump(mode="json")["prompt"]}
+    with pytest.raises(HarnessError, match="exactly one of `prompt`"):
+        Harness.from_dict(both)
 
 
 @pytest.mark.parametrize("evil", [
@@ -72,17 +142,13 @@ def test_malformed_yaml_and_missing_template():
     "{{ history.append(1) }}",
 ])
 def test_template_cannot_reach_python_internals(evil):
-    data = load_harness("react").model_dump()
-    data["templates"]["turn"] = evil
     with pytest.raises(HarnessError, match="unsafe|turn"):
-        Harness.from_dict(data)
+        Harness.from_dict(_hand_written("react", turn=evil))
 
 
 def test_undefined_name_in_template_is_an_error():
-    data = load_harness("react").model_dump()
-    data["templates"]["turn"] = "{{ no_such_thing }}"
     with pytest.raises(HarnessError, match="no_such_thing"):
-        Harness.from_dict(data)
+        Harness.from_dict(_hand_written("react", turn="{{ no_such_thing }}"))
 
 
 def test_unknown_seed_and_missing_file(tmp_path):
@@ -92,36 +158,73 @@ def test_unknown_seed_and_missing_file(tmp_path):
         load_harness(str(tmp_path / "missing.yaml"))
 
 
-@pytest.mark.parametrize("reply,action", [
-    ("Think: go.\nAction: go to desk 1", "go to desk 1"),
-    ("  action:   Take Apple 1 from Countertop 1.  ", "take apple 1 from countertop 1"),
-    ("> open fridge 1", "open fridge 1"),
-    ("<think>hmm\nAction: look</think>\nAction: go to bed 1", "go to bed 1"),
-    ('Action: "use desklamp 1"', "use desklamp 1"),
-    ("**Action:** `examine desk 1`", "examine desk 1"),
-    ("go to sofa 1", "go to sofa 1"),
-])
-def test_parse_reply_tolerant(reply, action):
-    assert parse_reply(reply).action == action
+def _unreadable_cases(tmp_path):
+    (tmp_path / "latin1.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
+    (tmp_path / "binary.yaml").write_bytes(b"name: x\x00\x01\x02\xff")
+    (tmp_path / "dir.yaml").mkdir()
+    (tmp_path / "empty.yaml").write_bytes(b"")
+    (tmp_path / "blank.yaml").write_bytes(b"\n   \n# only a comment\n")
+    (tmp_path / "huge.yaml").write_bytes(b"# " + b"x" * 1_100_000 + b"\n")
+    (tmp_path / "nested.yaml").write_text("[" * 5000 + "]" * 5000)
+    (tmp_path / "control.yaml").write_text("name: x\x07y\n")
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    (tmp_path / "laughs.yaml").write_text("name: x\n" + laughs + "templates: *i\n")
+    return {
+        "latin1.yaml": "not UTF-8 text", "binary.yaml": "binary file", "dir.yaml": "is a directory",
+        "empty.yaml": "empty", "blank.yaml": "empty", "huge.yaml": "at most 1000000 bytes",
+        "nested.yaml": "not valid YAML", "control.yaml": "not valid YAML", "laughs.yaml": "field 'templates'",
+    }
 
 
-def test_parse_meta_and_invalid():
-    assert parse_reply("Action: track apple", meta_actions=True).meta == ("track", "apple")
-    assert parse_reply("Action: track apple", meta_actions=False).action == "track apple"
-    assert parse_reply("Action: commit took apple 1", meta_actions=True).meta == ("commit", "took apple 1")
-    assert parse_reply("").error
-    assert parse_reply("Think: I am unsure what to do here and I will think about it for a very long time "
-                       "before deciding anything, since the room is large.\nThought: still thinking").error
+def test_unreadable_files_are_one_line_errors(tmp_path):
+    for name, why in _unreadable_cases(tmp_path).items():
+        with pytest.raises(HarnessError, match=why) as e:
+            load_harness(str(tmp_path / name))
+        assert "\n" not in str(e.value) and str(tmp_path / name) in str(e.value), name
 
 
-def test_guards():
-    adm = ["go to desk 1", "move apple 1 to fridge 1", "look"]
-    assert guard("none", "go to desk 2", adm).action == "go to desk 2"
-    r = guard("reject", "go to desk 2", adm)
-    assert r.action is None and "not an admissible" in r.note
-    assert guard("nearest_admissible", "put apple 1 in fridge 1", adm).action == "move apple 1 to fridge 1"
-    assert guard("nearest_admissible", "go to desk", adm).action == "go to desk 1"
-    assert guard("nearest_admissible", "xyzzy", adm).action == "xyzzy"
+def _without_dac_override() -> list[str] | None:
+    """A command prefix that runs a child without root's right to read any file (None: not needed, or
+    not possible here)."""
+    if os.name != "posix" or os.geteuid() != 0:
+        return None
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: every file is readable")
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}"]
+
+
+def test_unreadable_permission_is_one_line_error(tmp_path, capsys, monkeypatch):
+    p = tmp_path / "secret.yaml"
+    p.write_text(_yaml_of("react"))
+    p.chmod(0)
+    try:
+        prefix = _without_dac_override()
+        if prefix is None:
+            with pytest.raises(HarnessError, match="permission denied"):
+                load_harness(str(p))
+            code, _, err = _cli(["harness", "show", str(p)], capsys, monkeypatch)
+        else:
+            r = subprocess.run([*prefix, sys.executable, "-m", "harnevo.cli", "harness", "show", str(p)],
+                               capture_output=True, text=True, timeout=120)
+            code, err = r.returncode, r.stderr
+        assert code == 2 and "permission denied" in err and err.count("\n") == 1 and "Traceback" not in err
+    finally:
+        p.chmod(0o600)
+
+
+def test_cli_show_prints_both_ids_and_errors_in_one_line(tmp_path, capsys, monkeypatch):
+    code, out, _ = _cli(["harness", "show", "bpe_inline"], capsys, monkeypatch)
+    h = load_harness("bpe_inline")
+    assert code == 0 and out.startswith(f"# id: {h.id}\n# behaviour_id: {h.behaviour_id}\n")
+    assert Harness.from_yaml(out) == h  # the printed YAML loads back (the id lines are comments)
+    code, out, _ = _cli(["harness", "list"], capsys, monkeypatch)
+    assert code == 0 and all(load_harness(n).behaviour_id in out for n in SEEDS)
+    for name, why in _unreadable_cases(tmp_path).items():
+        code, out, err = _cli(["harness", "show", str(tmp_path / name)], capsys, monkeypatch)
+        assert code == 2 and why in err and err.count("\n") == 1 and "Traceback" not in err, (name, err)
 
 
 FIRST = ("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, "
@@ -146,7 +249,7 @@ def test_goal_parsing():
         "put a mug in coffeemachine.": ("pick", "mug", "coffeemachine"),
     }
     for text, (fam, obj, target) in cases.items():
-        g = parse_goal(text)
+        g = parse_task_goal(text)
         assert (g.family, g.obj, g.target) == (fam, obj, target), text
 
 
@@ -174,7 +277,7 @@ def test_workspace_meta_actions_and_experience(tmp_path):
     h = load_harness("bpe_inline")
     bank = ExperienceBank(tmp_path / "experience.json", size=3)
     room, task = split_first_observation(FIRST)
-    ws = Workspace.start(h.memory, parse_goal(task), room, bank)
+    ws = Workspace.start(h.memory, parse_task_goal(task), room, bank)
     assert ws.panels("inline") == {"belief": "", "progress": "", "experience": ""}
     ws.observe("You arrive at countertop 1. On the countertop 1, you see a apple 1, and a bread 1.")
     assert "- countertop 1: apple 1, bread 1" in ws.meta("track", "")
@@ -185,11 +288,18 @@ def test_workspace_meta_actions_and_experience(tmp_path):
     assert "[done] clean apple" in ws.meta("commit", "cleaned the apple with sinkbasin")
     assert ws.meta("note", "apples are often on the countertop").startswith("Noted")
     ws.finish(won=True)
+    # the workspace reads its snapshot and records edits; it never writes the bank itself
+    assert bank.lessons == [] and not (tmp_path / "experience.json").exists()
+    assert ws.bank_edits == [{"op": "add", "text": "apples are often on the countertop"},
+                             {"op": "add", "text": "apple was found at a countertop"}]
+    bank.apply(ws.bank_edits)  # what the evaluator does, in game order
     bank.save()
     again = ExperienceBank(tmp_path / "experience.json", size=3)
     texts = [l.text for l in again.lessons]
     assert "apples are often on the countertop" in texts and "apple was found at a countertop" in texts
+    ws = Workspace.start(h.memory, parse_task_goal(task), room, again.snapshot())
     assert "apples are often" in ws.meta("recall", "apple countertop")
+    assert [e["op"] for e in ws.bank_edits] == ["use", "use"]  # a recall marks its lessons used
 
 
 def test_experience_bank_edits_and_cap(tmp_path):
@@ -209,7 +319,7 @@ def test_experience_bank_edits_and_cap(tmp_path):
 def test_always_on_panels_render():
     h = load_harness("bpe_always_on")
     room, task = split_first_observation(FIRST)
-    ws = Workspace.start(h.memory, parse_goal(task), room, ExperienceBank(None, size=5))
+    ws = Workspace.start(h.memory, parse_task_goal(task), room, ExperienceBank(None, size=5))
     panels = ws.panels("always_on")
     assert panels["belief"].startswith("location: start") and "[todo] find apple" in panels["progress"]
     assert ws.panels("env_only")["belief"] == ""

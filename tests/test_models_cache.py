@@ -50,8 +50,10 @@ def test_second_identical_call_at_temperature_zero_makes_no_request(fake_openai,
         assert fake_openai.requests == 1
         assert not first.cached and second.cached
         assert second.text == first.text
-        # a hit costs nothing now; the original tokens stay visible
-        assert second.usage.cost_usd == 0.0 and first.usage.cost_usd > 0
+        # a hit costs nothing now (spend_of), but keeps the original tokens and list price: a cost
+        # objective sees the same cost whether or not the prompt happened to be cached
+        assert second.usage.cost_usd == first.usage.cost_usd > 0
+        assert second.finish_reason == first.finish_reason == "stop"
         assert (second.usage.prompt_tokens, second.usage.completion_tokens) == (first.usage.prompt_tokens, first.usage.completion_tokens)
         assert spend_of(second) == Usage() and spend_of(first) == first.usage
         assert cache.stats() == {"hits": 1, "misses": 1, "writes": 1, "saved_usd": pytest.approx(first.usage.cost_usd)}

@@ -1,7 +1,11 @@
 """The BPE workspace of one episode: Belief (kept from observations), Progress (subgoals and status) and
 Experience (an ExperienceBank shared across episodes), with the meta-actions that reach them:
 `track [q]` reads belief, `commit [subgoal]` writes progress, `recall [q]` reads experience and
-`note [insight]` writes experience."""
+`note [insight]` writes experience.
+
+The bank a Workspace is given is the episode's own snapshot (`ExperienceBank.snapshot()`): reads come
+from it, and every change the episode makes to experience (a lesson used, a lesson added) is recorded in
+`bank_edits` for the evaluator to apply in a fixed order; nothing here writes a shared bank."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from dataclasses import dataclass, field
 from harnevo.harness.belief import Belief, object_type
 from harnevo.harness.experience import ExperienceBank, Lesson
 from harnevo.harness.spec import MemoryPolicy
-from harnevo.harness.task import Goal
+from harnevo.harness.task import TaskGoal
 
 
 @dataclass
@@ -24,15 +28,17 @@ class Subgoal:
 @dataclass
 class Workspace:
     memory: MemoryPolicy
-    goal: Goal
+    goal: TaskGoal
     bank: ExperienceBank | None = None
     belief: Belief = field(default_factory=Belief)
     subgoals: list[Subgoal] = field(default_factory=list)
-    recalled: list[Lesson] = field(default_factory=list)  # lessons shown (asked again while none) / by recall
+    recalled: list[Lesson] = field(default_factory=list)  # lessons shown in the panel / by the last recall
     lessons_noted: list[str] = field(default_factory=list)
+    bank_edits: list[dict] = field(default_factory=list)  # what this episode changes in the bank, in order
+    _panel_queried: bool = False
 
     @classmethod
-    def start(cls, memory: MemoryPolicy, goal: Goal, room: str, bank: ExperienceBank | None) -> "Workspace":
+    def start(cls, memory: MemoryPolicy, goal: TaskGoal, room: str, bank: ExperienceBank | None) -> "Workspace":
         ws = cls(memory=memory, goal=goal, bank=bank if memory.experience else None)
         ws.belief.observe_room(room)
         if memory.progress:
@@ -90,11 +96,19 @@ class Workspace:
         return "\n".join(f"- [{'done' if s.done else 'todo'}] {s.text}" for s in self.subgoals)
 
     def experience_panel(self) -> str:
+        """The lessons for this task, chosen once per episode from the snapshot (a recall replaces them)."""
         if self.bank is None:
             return ""
-        if not self.recalled:
-            self.recalled = self.bank.recall(self.goal.text, self.memory.experience_shown)
+        if not self._panel_queried:
+            self._panel_queried = True
+            self.recalled = self._recall(self.goal.text)
         return ExperienceBank.render(self.recalled)
+
+    def _recall(self, query: str) -> list[Lesson]:
+        assert self.bank is not None
+        hits = self.bank.recall(query, self.memory.experience_shown)
+        self.bank_edits.extend({"op": "use", "id": lesson.id} for lesson in hits)
+        return hits
 
     def panels(self, mode: str) -> dict[str, str]:
         """The panels a turn message shows: all enabled panels in `always_on`, none otherwise."""
@@ -124,7 +138,8 @@ class Workspace:
         if name == "recall":
             if self.bank is None:
                 return "[recall] experience is not kept by this harness."
-            self.recalled = self.bank.recall(arg or self.goal.text, self.memory.experience_shown)
+            self.recalled = self._recall(arg or self.goal.text)
+            self._panel_queried = True
             return "Experience:\n" + ExperienceBank.render(self.recalled)
         if name == "note":
             if self.bank is None:
@@ -149,12 +164,12 @@ class Workspace:
 
     # --- end of episode -----------------------------------------------------------------------------
     def finish(self, won: bool) -> None:
-        """Write what this episode teaches into the bank: notes always; on a win, where the object was."""
+        """Record what this episode teaches (as edits, not applied here): notes always; on a win, where
+        the object was."""
         if self.bank is None:
             return
-        for note in self.lessons_noted:
-            self.bank.add(note)
+        self.bank_edits.extend({"op": "add", "text": note} for note in self.lessons_noted)
         if won and self.goal.obj:
             where = self.belief.found_at.get(self.goal.obj)
             if where:
-                self.bank.add(f"{self.goal.obj} was found at a {where}")
+                self.bank_edits.append({"op": "add", "text": f"{self.goal.obj} was found at a {where}"})

@@ -32,13 +32,23 @@ class Usage:
 
 @dataclass
 class Reply:
-    """One completed model call. `usage` is what the provider reported (or an estimate for sim)."""
+    """One completed model call. `usage` is what the provider reported (or an estimate for sim);
+    `usage.cost_usd` is the list price of the call, also when it was served from the cache (what was
+    actually paid is `cost.spend_of(reply)`, zero for a cache hit)."""
 
     text: str
     usage: Usage = field(default_factory=Usage)
     latency_s: float = 0.0
     cached: bool = False  # served from the reply cache: no request was made, nothing was paid
     retries: int = 0  # transient failures retried before this reply came
+    finish_reason: str | None = None  # "stop", "length" (truncated at max_tokens), ... when the provider says
+    token_ids: list[int] | None = None  # the completion's token ids, when the provider gives them (local hf/)
+    logprobs: list[float] | None = None  # one log-probability per completion token, when given
+
+    @property
+    def truncated(self) -> bool:
+        """The reply stopped at max_tokens: a parse failure then is truncation, not a malformed reply."""
+        return self.finish_reason == "length"
 
 
 @runtime_checkable

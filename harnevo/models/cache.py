@@ -3,16 +3,18 @@
 Key: sha256 of the canonical JSON of (model cache name, messages, temperature, max_tokens, sample),
 where sample is the caller's sample index when temperature > 0 and 0 otherwise. So at temperature 0
 a replay makes no call; at temperature > 0 repeated samples stay distinct and a re-run with the same
-sample indices gets the same replies back. The server address (api_base) is not part of the key: the
-same model behind a new port is the same model.
+sample indices gets the same replies back. The server address (api_base) is not part of the key unless
+the model's cache name says so: `get_model(..., cache_tag=...)` appends a served-model fingerprint
+(`--cache-tag v2`, or `--cache-tag api_base`), so a retrained model served under the same name never
+gets the old model's replies.
 
-Cost of a hit: a hit costs no money now, so the returned Reply has `cached=True` and
-`usage.cost_usd == 0.0`; its prompt/completion token counts are the original ones, kept visible for
-the record (budgets should count `cost.spend_of(reply)`, which is zero for hits). The original dollar
-cost of every hit is summed in `ReplyCache.saved_usd`.
+Cost of a hit: the returned Reply has `cached=True` and the original usage, list price included
+(`usage.cost_usd`), so a cost objective sees the same cost whether or not a prompt happened to be cached;
+what a hit costs *now* is `cost.spend_of(reply)`, zero. The original dollar cost of every hit is summed
+in `ReplyCache.saved_usd`.
 
-What is stored: the key, the model cache name, the reply text, token counts, the original cost and
-a timestamp. Never an API key, never a request header.
+What is stored: the key, the model cache name, the reply text, token counts, the original cost, the
+finish reason and a timestamp. Never an API key, never a request header.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import sqlite3
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +41,8 @@ CREATE TABLE IF NOT EXISTS replies (
     prompt_tokens INTEGER NOT NULL,
     completion_tokens INTEGER NOT NULL,
     cost_usd REAL NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    finish_reason TEXT
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
@@ -63,6 +67,12 @@ class CachedEntry:
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float
+    finish_reason: str | None = None
+
+    def reply(self, latency_s: float = 0.0) -> Reply:
+        """The Reply a hit serves: original usage and list price, marked cached (nothing paid now)."""
+        return Reply(self.text, Usage(self.prompt_tokens, self.completion_tokens, self.cost_usd), latency_s,
+                     cached=True, finish_reason=self.finish_reason)
 
 
 class ReplyCache:
@@ -90,6 +100,10 @@ class ReplyCache:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.executescript(_SCHEMA)
+        cols = {row[1] for row in conn.execute("PRAGMA table_info(replies)")}
+        if "finish_reason" not in cols:  # a cache written before finish reasons were kept
+            with suppress(sqlite3.OperationalError):  # another process added it first
+                conn.execute("ALTER TABLE replies ADD COLUMN finish_reason TEXT")
         conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         self._conn, self._pid = conn, os.getpid()
         return conn
@@ -99,7 +113,7 @@ class ReplyCache:
     def get(self, key: str) -> CachedEntry | None:
         with self._lock:
             row = self._connect().execute(
-                "SELECT text, prompt_tokens, completion_tokens, cost_usd FROM replies WHERE key = ?", (key,)
+                "SELECT text, prompt_tokens, completion_tokens, cost_usd, finish_reason FROM replies WHERE key = ?", (key,)
             ).fetchone()
             if row is None:
                 self.misses += 1
@@ -115,17 +129,17 @@ class ReplyCache:
         u = reply.usage
         with self._lock:
             cur = self._connect().execute(
-                "INSERT OR IGNORE INTO replies VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (key, model, reply.text, u.prompt_tokens, u.completion_tokens, u.cost_usd, time.time()),
+                "INSERT OR IGNORE INTO replies (key, model, text, prompt_tokens, completion_tokens, cost_usd, "
+                "created, finish_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, model, reply.text, u.prompt_tokens, u.completion_tokens, u.cost_usd, time.time(),
+                 reply.finish_reason),
             )
             self.writes += cur.rowcount if cur.rowcount > 0 else 0
 
     def lookup(self, model: str, messages: list[Message], *, temperature: float, max_tokens: int, sample: int = 0) -> Reply | None:
-        """A cached Reply (cached=True, cost 0, original tokens) or None."""
+        """A cached Reply (cached=True, original tokens and list price) or None."""
         entry = self.get(cache_key(model, messages, temperature, max_tokens, sample))
-        if entry is None:
-            return None
-        return Reply(text=entry.text, usage=Usage(entry.prompt_tokens, entry.completion_tokens, 0.0), cached=True)
+        return None if entry is None else entry.reply()
 
     def store(self, model: str, messages: list[Message], reply: Reply, *, temperature: float, max_tokens: int, sample: int = 0) -> None:
         self.put(cache_key(model, messages, temperature, max_tokens, sample), model, reply)
@@ -175,13 +189,15 @@ class CachedModel:
         key = cache_key(self.cache_name, messages, temperature, max_tokens, sample)
         entry = self.cache.get(key)
         if entry is not None:
-            return Reply(entry.text, Usage(entry.prompt_tokens, entry.completion_tokens, 0.0), time.monotonic() - t0, cached=True)
+            return entry.reply(time.monotonic() - t0)
         pending = self._pending.get(key)
         if pending is not None:
             await asyncio.wait([pending])  # not cancelled by our own cancellation's effect on it
             if not pending.cancelled():
                 reply = pending.result()  # re-raises the owner's ModelCallError
-                return Reply(reply.text, Usage(reply.usage.prompt_tokens, reply.usage.completion_tokens, 0.0), time.monotonic() - t0, cached=True)
+                return Reply(reply.text, Usage(reply.usage.prompt_tokens, reply.usage.completion_tokens,
+                                               reply.usage.cost_usd), time.monotonic() - t0, cached=True,
+                             finish_reason=reply.finish_reason, token_ids=reply.token_ids, logprobs=reply.logprobs)
             return await self.complete(messages, temperature=temperature, max_tokens=max_tokens, sample=sample)
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending[key] = fut

@@ -1,6 +1,6 @@
 """`get_model(spec)`: a --model string to a `Model`.
 
-    sim/<name>            a simulated agent (models/sim.py); no litellm
+    sim/<name>            a simulated agent (models/sim/); no litellm
     hf/<dir>              a local transformers checkpoint (relative or absolute dir), run in-process
     <provider>/<model>    any litellm model: openai/..., anthropic/..., hosted_vllm/... with api_base,
                           ollama/...; a bare name litellm knows (gpt-4o) works too
@@ -26,8 +26,12 @@ def get_model(
     price: tuple[float, float] | None = None,  # USD per 1M prompt / completion tokens
     cache: ReplyCache | None = None,
     retry: RetryPolicy | None = None,  # overrides max_retries (tests use short delays)
+    cache_tag: str | None = None,  # a served-model fingerprint in the reply-cache key ("api_base": the address)
 ) -> Model:
-    """The Model named by `spec`, wrapped in `cache` when one is given. Raises ModelNotFoundError."""
+    """The Model named by `spec`, wrapped in `cache` when one is given. Raises ModelNotFoundError.
+
+    `cache_tag` keeps replies of different models served under one name apart in the reply cache: a
+    checkpoint hash or a version ("v2"), or the literal "api_base" to key on the server address."""
     spec = spec.strip()
     if not spec:
         raise ModelNotFoundError("empty --model; give e.g. openai/gpt-4.1, hf/<checkpoint dir> or sim/<agent>")
@@ -44,9 +48,25 @@ def get_model(
         from harnevo.models.litellm_model import LiteLLMModel
 
         model = LiteLLMModel(
-            spec, api_base=api_base, timeout_s=timeout_s, retry=policy, max_in_flight=max_in_flight, price=price
+            spec, api_base=api_base, timeout_s=timeout_s, retry=policy, max_in_flight=max_in_flight, price=price,
+            cache_name=_tagged(spec, cache_tag, api_base),
         )
+    if cache_tag is not None and spec.startswith("hf/"):
+        model.cache_name = _tagged(model.cache_name, cache_tag, api_base)
     return CachedModel(model, cache) if cache is not None else model
+
+
+def _tagged(name: str, tag: str | None, api_base: str | None) -> str:
+    if tag is None:
+        return name
+    tag = tag.strip()
+    if tag == "api_base":
+        if not api_base:
+            raise ModelNotFoundError("--cache-tag api_base needs --api-base")
+        tag = api_base.rstrip("/")
+    if not tag:
+        raise ModelNotFoundError("--cache-tag is empty; give a fingerprint of the served model, or 'api_base'")
+    return f"{name}#{tag}"
 
 
 def _hf_model(spec: str, *, timeout_s: float, max_in_flight: int, price: tuple[float, float] | None) -> Model:

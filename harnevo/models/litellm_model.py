@@ -117,7 +117,7 @@ class LiteLLMModel:
                 async with self._semaphore():
                     call = self._litellm.acompletion(**kwargs)
                     resp = await (asyncio.wait_for(call, guard) if guard else call)
-                text, usage = self._parse(resp, messages)
+                text, usage, extras = self._parse(resp, messages)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # classified below; anything not transient fails the call
@@ -132,9 +132,9 @@ class LiteLLMModel:
                 self.retries += 1
                 continue
             self.usage += usage
-            return Reply(text=text, usage=usage, latency_s=time.monotonic() - t0, retries=attempt)
+            return Reply(text=text, usage=usage, latency_s=time.monotonic() - t0, retries=attempt, **extras)
 
-    def _parse(self, resp: Any, messages: list[Message]) -> tuple[str, Usage]:
+    def _parse(self, resp: Any, messages: list[Message]) -> tuple[str, Usage, dict[str, Any]]:
         choices = getattr(resp, "choices", None)
         if not choices:
             raise BadResponse("no choices")
@@ -149,7 +149,9 @@ class LiteLLMModel:
             pt = approx_tokens("".join(m["content"] for m in messages))
         if ct is None:
             ct = approx_tokens(text)
-        return text, Usage(int(pt), int(ct), self._cost(resp, int(pt), int(ct)))
+        extras = {"finish_reason": getattr(choices[0], "finish_reason", None) or None,
+                  "logprobs": _token_logprobs(getattr(choices[0], "logprobs", None))}
+        return text, Usage(int(pt), int(ct), self._cost(resp, int(pt), int(ct))), extras
 
     def _cost(self, resp: Any, pt: int, ct: int) -> float:
         if self.price is not None:
@@ -168,6 +170,20 @@ class LiteLLMModel:
     async def aclose(self) -> None:
         """Nothing to release per model: litellm's HTTP clients are shared by the process."""
         return None
+
+
+def _token_logprobs(lp: Any) -> list[float] | None:
+    """One log-probability per completion token from an OpenAI-style `logprobs` ({content: [{logprob}]})."""
+    content = lp.get("content") if isinstance(lp, dict) else getattr(lp, "content", None)
+    if not content:
+        return None
+    out = []
+    for tok in content:
+        value = tok.get("logprob") if isinstance(tok, dict) else getattr(tok, "logprob", None)
+        if value is None:
+            return None
+        out.append(float(value))
+    return out
 
 
 _PREFIXES = re.compile(r"^(?:\s*(?:litellm\.)?\w*(?:Error|Exception|Timeout)\s*(?::|-)\s*)+")

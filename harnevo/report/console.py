@@ -18,7 +18,8 @@ console = Console(stderr=False, width=None if sys.stdout.isatty() else 120)
 
 def describe(summary: dict[str, Any]) -> str:
     sim = " [simulated model]" if summary.get("simulated") else ""
-    return (f"harness {summary['harness_name']} ({summary['harness_id']}) x model {summary['model']}{sim} "
+    bid = summary.get("behaviour_id") or summary["harness_id"]
+    return (f"harness {summary['harness_name']} (behaviour {bid}) x model {summary['model']}{sim} "
             f"on {summary['games']} {summary['split']} games ({summary.get('data_source', '?')})")
 
 
@@ -74,12 +75,19 @@ def print_summary(summary: dict[str, Any], *, out: Path | None = None) -> None:
     table.add_row("all", str(summary["games"]), f"{100 * summary['success_rate']:.1f}% [{100 * lo:.0f}-{100 * hi:.0f}]",
                   style="bold")
     console.print(table)
+    console.print(f"success over {summary['games']} games ({summary.get('episodes', summary['games'])} episodes), "
+                  f"95% interval: {summary.get('ci_method', 'Wilson')}")
     console.print(f"mean steps {summary['mean_steps']:.1f}, meta-actions/episode {summary['meta_actions_per_episode']:.2f}, "
-                  f"tokens {summary['prompt_tokens']}+{summary['completion_tokens']}, cost ${summary['cost_usd']:.4f}, "
+                  f"tokens {summary['prompt_tokens']}+{summary['completion_tokens']}, list-price cost "
+                  f"${summary['cost_usd']:.4f} (spent now ${summary.get('spent_usd', 0.0):.4f}), "
                   f"cache hits {summary['cache_hits']}, retries {summary['retries']}, "
                   f"wall {summary.get('wall_seconds', 0):.1f}s")
+    if summary.get("infra_errors"):
+        reasons = ", ".join(f"{k} {v}" for k, v in summary.get("infra_error_reasons", {}).items())
+        console.print(f"[bold red]{summary['infra_errors']} infrastructure error(s)[/] ({escape(reasons)}): not "
+                      f"counted in the success rate; re-run the same command to play them again")
     if summary.get("stopped_by_budget"):
-        console.print(f"[bold yellow]stopped at the budget[/]: {summary['games']} episodes finished")
+        console.print(f"[bold yellow]stopped at the budget[/]: {summary['episodes']} episodes finished")
     elif not summary.get("complete", True):
         console.print("[yellow]incomplete: re-run the same command to finish[/]")
     if out is not None:

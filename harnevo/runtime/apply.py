@@ -29,9 +29,14 @@ class ApplyOptions:
     budget_usd: float | None = None
     budget_tokens: int | None = None
     cache: str | Path | None = "default"  # None: no cache
+    step_cache: str | Path | None = "default"  # the engine's step cache (cache_root()/steps.sqlite); None: off
     timeout_s: float = 60.0
     max_steps: int | None = None  # override the harness's step budget (a derived harness, own id)
     max_tokens: int | None = None  # override the harness's reply length
+    cache_tag: str | None = None  # served-model fingerprint in the reply-cache key ("api_base": the address)
+    bank: Path | None = None  # Experience bank to start from (e.g. learned on train)
+    freeze_bank: bool = False  # read the bank, never change it (held-out evaluation)
+    experience_lag: int = 16  # episode i reads the lessons of episodes 0 .. i-lag (see runtime/bankorder.py)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -40,6 +45,14 @@ class ApplyOptions:
             raise HarnevoError("--games must be at least 1")
         if self.samples < 1:
             raise HarnevoError("--samples must be at least 1")
+        if self.experience_lag < 1:
+            raise HarnevoError("--experience-lag must be at least 1")
+        if self.freeze_bank and self.bank is None:
+            raise HarnevoError("--freeze-bank needs --bank FILE (the bank to read)")
+
+
+_ENGINE_STATS = ("episodes", "resets", "forks", "step_cache_hits", "step_cache_misses", "step_cache_mismatches",
+                 "audits", "audit_errors", "worker_restarts", "errors")
 
 
 def default_cache_path() -> Path:
@@ -47,6 +60,20 @@ def default_cache_path() -> Path:
 
 
 def run_apply(opts: ApplyOptions) -> dict[str, Any]:
+    from harnevo.files import FolderLock
+
+    created = not opts.out.exists()
+    try:
+        with FolderLock(opts.out, "results folder"):  # before the slow setup: a second writer fails at once
+            return _apply(opts)
+    except BaseException:
+        if created and [p.name for p in opts.out.iterdir()] == [".lock"]:  # bad input: leave no folder behind
+            (opts.out / ".lock").unlink()
+            opts.out.rmdir()
+        raise
+
+
+def _apply(opts: ApplyOptions) -> dict[str, Any]:
     from harnevo.envs.games import parse_families, resolve_games
     from harnevo.harness.spec import load_harness
     from harnevo.models import get_model
@@ -64,7 +91,17 @@ def run_apply(opts: ApplyOptions) -> dict[str, Any]:
         from harnevo.models.cache import ReplyCache
 
         cache = ReplyCache(default_cache_path() if opts.cache == "default" else Path(opts.cache))
-    model = get_model(opts.model, api_base=opts.api_base, timeout_s=opts.timeout_s, price=opts.price, cache=cache)
+    model = get_model(opts.model, api_base=opts.api_base, timeout_s=opts.timeout_s, price=opts.price, cache=cache,
+                      cache_tag=opts.cache_tag)
+    bank = None
+    if opts.bank is not None:
+        from harnevo.harness.experience import ExperienceBank
+
+        if not opts.bank.is_file():
+            raise HarnevoError(f"--bank {opts.bank}: no such file")
+        if not harness.memory.experience:
+            raise HarnevoError(f"--bank: harness {harness.name!r} keeps no Experience bank")
+        bank = ExperienceBank(opts.bank, size=harness.memory.experience_bank_size)
     budget = None
     if opts.budget_usd is not None or opts.budget_tokens is not None:
         from harnevo.models.cost import Budget
@@ -78,20 +115,25 @@ def run_apply(opts: ApplyOptions) -> dict[str, Any]:
     progress = EpisodeProgress(title=f"{harness.name} x {model.name}"
                                f"{' (simulated)' if model.simulated else ''} on {games[0].split}",
                                total=len(games) * opts.samples)
-    result = asyncio.run(_run(harness, model, games, opts, header, budget, progress))
+    result = asyncio.run(_run(harness, model, games, opts, header, budget, progress, bank))
     print_summary(result.summary, out=opts.out)
     return result.summary
 
 
-async def _run(harness, model, games, opts: ApplyOptions, header, budget, progress):
+async def _run(harness, model, games, opts: ApplyOptions, header, budget, progress, bank):
     from harnevo.envs.pool import EnginePool
     from harnevo.runtime.evaluate import evaluate
+    from harnevo.runtime.results import ResultsDir
 
     try:
         with progress:
-            async with EnginePool(workers=opts.workers) as pool:
-                return await evaluate(harness, model, games, pool, out=opts.out, concurrency=opts.concurrency,
-                                      samples=opts.samples, header=header, budget=budget,
-                                      on_episode=progress.update)
+            async with EnginePool(workers=opts.workers, step_cache=opts.step_cache) as pool:
+                result = await evaluate(harness, model, games, pool, out=opts.out, concurrency=opts.concurrency,
+                                        samples=opts.samples, header=header, budget=budget,
+                                        on_episode=progress.update, bank=bank, freeze_bank=opts.freeze_bank,
+                                        experience_lag=opts.experience_lag)
+                result.summary["engine"] = {k: pool.stats[k] for k in _ENGINE_STATS if k in pool.stats}
+                ResultsDir(opts.out).write_summary(result.summary)
+                return result
     finally:
         await model.aclose()
