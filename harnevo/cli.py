@@ -15,8 +15,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="harnevo: find agent harnesses by evolution, and apply them to frozen models.")
 data_app = typer.Typer(no_args_is_help=True, help="ALFWorld game data: check what is found, generate games.")
 harness_app = typer.Typer(no_args_is_help=True, help="Harness files: list the seeds, validate or show one.")
+population_app = typer.Typer(no_args_is_help=True, help="The population of an evolution run: list, show, lineage, diff, export.")
 app.add_typer(data_app, name="data")
 app.add_typer(harness_app, name="harness")
+app.add_typer(population_app, name="population")
 
 
 def _parse_price(price: Optional[str]) -> Optional[tuple[float, float]]:
@@ -149,6 +151,134 @@ def harness_show(harness: str = typer.Argument(..., help="a harness YAML file or
     typer.echo(f"# id: {h.id}")
     typer.echo(f"# behaviour_id: {h.behaviour_id}")
     typer.echo(h.to_yaml())
+
+
+@app.command()
+def evolve(
+    run_dir: Path = typer.Option(..., "--run-dir", help="the run's folder (population.sqlite, best.yaml); re-running resumes"),
+    config: Optional[Path] = typer.Option(None, help="a YAML file of settings (the flags below override it)"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="model every candidate plays with (default sim/bounded)"),
+    seeds: Optional[str] = typer.Option(None, help="seed harnesses, e.g. react,bpe_always_on,bpe_inline"),
+    split: Optional[str] = typer.Option(None, help="games to evolve on (default valid_train, or the generated set)"),
+    games: Optional[int] = typer.Option(None, "--games", "-n", help="a seeded sample of N games (default 48)"),
+    families: Optional[str] = typer.Option(None, help="task families to keep, e.g. heat,cool"),
+    data: Optional[Path] = typer.Option(None, help="folder holding json_2.1.1 (default $ALFWORLD_DATA)"),
+    population: Optional[int] = typer.Option(None, help="candidates per generation (default 16)"),
+    generations: Optional[int] = typer.Option(None, help="budget: generations after the seeds' (default 10)"),
+    episodes: Optional[int] = typer.Option(None, help="budget: episodes played in all"),
+    budget_tokens: Optional[int] = typer.Option(None, help="budget: tokens spent in all"),
+    budget_usd: Optional[float] = typer.Option(None, help="budget: dollars spent in all"),
+    seed: Optional[int] = typer.Option(None, help="the run's one seed (default 0)"),
+    objectives: Optional[str] = typer.Option(None, help="success,tokens,meta (default) | success,cost | success"),
+    search: Optional[str] = typer.Option(None, help="evolve (DEAP, default) or random (the baseline)"),
+    no_racing: bool = typer.Option(False, "--no-racing", help="evaluate every candidate on every game"),
+    minibatch: Optional[int] = typer.Option(None, help="games a new candidate plays before racing may stop it (default 12)"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c", help="episodes in flight at once (default 8)"),
+    workers: Optional[int] = typer.Option(None, help="engine worker processes (default: one per core)"),
+    max_steps: Optional[int] = typer.Option(None, help="override every candidate's step budget"),
+    api_base: Optional[str] = typer.Option(None, help="base URL of an OpenAI-compatible server"),
+    price: Optional[str] = typer.Option(None, help="USD per 1M tokens 'PROMPT,COMPLETION'"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="do not read or write the reply cache"),
+    cache_tag: Optional[str] = typer.Option(None, help="served-model fingerprint in the reply-cache key"),
+) -> None:
+    """Evolve harnesses: DEAP over harness programs, fitness = success on ALFWorld games, cost counted."""
+    from harnevo.evolve.config import load_config
+    from harnevo.evolve.run import run_evolve
+
+    overrides = {"model": model, "seeds": seeds, "split": split, "games": games, "families": families,
+                 "data": str(data) if data else None, "population": population, "generations": generations,
+                 "episodes": episodes, "budget_tokens": budget_tokens, "budget_usd": budget_usd, "seed": seed,
+                 "objectives": objectives, "search": search, "racing": False if no_racing else None,
+                 "minibatch": minibatch, "concurrency": concurrency, "workers": workers, "max_steps": max_steps,
+                 "api_base": api_base, "price": _parse_price(price), "cache_tag": cache_tag}
+    cfg = load_config(config, overrides)
+    if no_cache:
+        cfg = cfg.model_copy(update={"cache": None})
+    run_evolve(cfg, run_dir)
+
+
+@app.command()
+def resume(run_dir: Path = typer.Argument(..., help="the run folder of an evolution run")) -> None:
+    """Continue an evolution run where it stopped (killed, interrupted or out of budget), with its own config."""
+    from harnevo.evolve.run import resume as resume_run
+
+    resume_run(run_dir)
+
+
+def _store(run_dir: Path):
+    from harnevo.population.store import Store
+
+    return Store.open(run_dir)
+
+
+@population_app.command("list")
+def population_list(run_dir: Path = typer.Option(..., "--run-dir", help="the run folder")) -> None:
+    """Every harness of the run: behaviour id, generation, operator, parents, success."""
+    from harnevo.report.population_view import print_population
+
+    store = _store(run_dir)
+    try:
+        print_population(store)
+    finally:
+        store.close()
+
+
+@population_app.command("show")
+def population_show(harness_id: str = typer.Argument(..., help="a behaviour id (or a unique prefix)"),
+                    run_dir: Path = typer.Option(..., "--run-dir")) -> None:
+    """The canonical YAML of one harness of the run, with how it was made."""
+    store = _store(run_dir)
+    try:
+        h = store.harness(harness_id)
+        row = next(r for r in store.harness_rows() if r["behaviour_id"] == h.behaviour_id)
+        typer.echo(f"# behaviour_id: {h.behaviour_id}  generation {row['generation']}  operator {row['operator']}  "
+                   f"parents {','.join(row['parents']) or '-'}")
+        typer.echo(h.to_yaml())
+    finally:
+        store.close()
+
+
+@population_app.command("lineage")
+def population_lineage(harness_id: str = typer.Argument(...), run_dir: Path = typer.Option(..., "--run-dir")) -> None:
+    """The chain of ancestors of a harness back to its seed, with the operator of each step."""
+    store = _store(run_dir)
+    try:
+        for r in store.lineage(store.harness(harness_id).behaviour_id):
+            detail = r.get("detail") or {}
+            genes = ", ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in (detail.get("genes") or {}).items())
+            typer.echo(f"gen {r['generation']:>3}  {r['behaviour_id']}  {r['operator']:<18} {genes}")
+    finally:
+        store.close()
+
+
+@population_app.command("diff")
+def population_diff(a: str = typer.Argument(...), b: Optional[str] = typer.Argument(None, help="default: A's first parent"),
+                    run_dir: Path = typer.Option(..., "--run-dir")) -> None:
+    """A unified diff of two harnesses' YAML (or of a harness against its first parent)."""
+    from harnevo.errors import HarnevoError
+    from harnevo.population.export import diff
+
+    store = _store(run_dir)
+    try:
+        ha = store.harness(a)
+        if b is None:
+            row = next(r for r in store.harness_rows() if r["behaviour_id"] == ha.behaviour_id)
+            if not row["parents"]:
+                raise HarnevoError(f"{ha.behaviour_id} is a seed: give a second harness to diff against")
+            b = row["parents"][0]
+        typer.echo(diff(store, store.harness(b).behaviour_id, ha.behaviour_id))
+    finally:
+        store.close()
+
+
+@population_app.command("export")
+def population_export(harness_id: str = typer.Argument(...), run_dir: Path = typer.Option(..., "--run-dir"),
+                      out: Path = typer.Option(..., "--out", "-o", help="the YAML file to write")) -> None:
+    """Write one harness of the run as a harness file (and its learned bank beside it, if it has one)."""
+    from harnevo.evolve.refs import export_with_bank
+
+    for path in export_with_bank(run_dir, harness_id, out):
+        typer.echo(f"wrote {path}")
 
 
 def main() -> None:

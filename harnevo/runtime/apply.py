@@ -79,7 +79,13 @@ def _apply(opts: ApplyOptions) -> dict[str, Any]:
     from harnevo.models import get_model
     from harnevo.report.console import EpisodeProgress, print_summary
 
-    harness = load_harness(opts.harness)
+    from harnevo.evolve.refs import is_run_ref, resolve
+
+    run_bank = None
+    if is_run_ref(opts.harness):  # RUN_DIR:best or RUN_DIR:<id>, with the bank it learned in the run
+        harness, run_bank = resolve(opts.harness)
+    else:
+        harness = load_harness(opts.harness)
     if opts.max_steps is not None:
         harness = harness.evolve(budget={"max_steps": opts.max_steps})
     if opts.max_tokens is not None:
@@ -102,6 +108,9 @@ def _apply(opts: ApplyOptions) -> dict[str, Any]:
         if not harness.memory.experience:
             raise HarnevoError(f"--bank: harness {harness.name!r} keeps no Experience bank")
         bank = ExperienceBank(opts.bank, size=harness.memory.experience_bank_size)
+    freeze = opts.freeze_bank
+    if bank is None and run_bank is not None:
+        bank, freeze = run_bank, True  # learned on the run's train games, read-only here
     budget = None
     if opts.budget_usd is not None or opts.budget_tokens is not None:
         from harnevo.models.cost import Budget
@@ -115,12 +124,12 @@ def _apply(opts: ApplyOptions) -> dict[str, Any]:
     progress = EpisodeProgress(title=f"{harness.name} x {model.name}"
                                f"{' (simulated)' if model.simulated else ''} on {games[0].split}",
                                total=len(games) * opts.samples)
-    result = asyncio.run(_run(harness, model, games, opts, header, budget, progress, bank))
+    result = asyncio.run(_run(harness, model, games, opts, header, budget, progress, bank, freeze))
     print_summary(result.summary, out=opts.out)
     return result.summary
 
 
-async def _run(harness, model, games, opts: ApplyOptions, header, budget, progress, bank):
+async def _run(harness, model, games, opts: ApplyOptions, header, budget, progress, bank, freeze):
     from harnevo.envs.pool import EnginePool
     from harnevo.runtime.evaluate import evaluate
     from harnevo.runtime.results import ResultsDir
@@ -130,7 +139,7 @@ async def _run(harness, model, games, opts: ApplyOptions, header, budget, progre
             async with EnginePool(workers=opts.workers, step_cache=opts.step_cache) as pool:
                 result = await evaluate(harness, model, games, pool, out=opts.out, concurrency=opts.concurrency,
                                         samples=opts.samples, header=header, budget=budget,
-                                        on_episode=progress.update, bank=bank, freeze_bank=opts.freeze_bank,
+                                        on_episode=progress.update, bank=bank, freeze_bank=freeze,
                                         experience_lag=opts.experience_lag)
                 result.summary["engine"] = {k: pool.stats[k] for k in _ENGINE_STATS if k in pool.stats}
                 ResultsDir(opts.out).write_summary(result.summary)

@@ -1,0 +1,205 @@
+"""Evaluating candidates for an evolution run: every candidate of a generation at once, episodes of
+different harnesses in flight together (at most `concurrency`), one engine pool, every finished episode
+committed to the store as it finishes, and racing.
+
+Racing: games are played in one fixed, family-stratified order (`racing.race_order`), the same for every
+candidate. A new candidate plays the first `minibatch` games; after that and after every further
+`race_step` games it goes on only while `racing.should_continue` says that its success could still reach
+the bar: the best success, at the start of the generation, of a front member at least as cheap as the
+candidate on every cost objective (a candidate cheaper than the whole front is never stopped). The bar is
+fixed per generation, so racing decisions do not depend on which candidate finished first.
+
+Episodes already in the store are never played again (a resumed run, or a child whose behaviour id was
+seen before); `infra_error` episodes are played again and never counted."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from harnevo.envs.games import Game
+from harnevo.errors import BudgetExhausted
+from harnevo.harness.experience import ExperienceBank
+from harnevo.harness.spec import Harness
+from harnevo.runtime.bankorder import BankSchedule
+from harnevo.runtime.episode import HarnessProgram, run_episode
+from harnevo.runtime.summary import wilson_rate
+from harnevo.runtime.trajectory import episode_key
+
+COST_KEYS = {"tokens": "tokens_per_episode", "cost": "cost_per_episode", "meta": "meta_per_episode"}
+
+
+@dataclass
+class CandidateStats:
+    behaviour_id: str
+    games: int = 0  # ok episodes counted
+    successes: int = 0
+    infra_errors: int = 0
+    tokens: float = 0.0
+    cost: float = 0.0
+    meta: float = 0.0
+    complete: bool = False  # played every game (not stopped by racing)
+    stopped_early: bool = False
+    played_now: int = 0  # episodes played in this invocation
+
+    @property
+    def success(self) -> float:
+        return self.successes / self.games if self.games else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        lo, hi = wilson_rate(self.success, self.games)
+        n = max(self.games, 1)
+        return {"behaviour_id": self.behaviour_id, "success": self.success, "ci95": [lo, hi], "games": self.games,
+                "tokens_per_episode": self.tokens / n, "cost_per_episode": self.cost / n,
+                "meta_per_episode": self.meta / n, "complete": self.complete, "stopped_early": self.stopped_early,
+                "infra_errors": self.infra_errors}
+
+
+@dataclass
+class Bar:
+    """The current front, as (success, cost values) of its members, frozen for one generation."""
+
+    members: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+
+    def for_costs(self, costs: dict[str, float]) -> float:
+        """Best success among front members at most as costly as `costs` on every cost objective."""
+        best = 0.0
+        for success, their in self.members:
+            if all(their.get(k, 0.0) <= v + 1e-12 for k, v in costs.items()):
+                best = max(best, success)
+        return best
+
+
+class CandidateEvaluator:
+    def __init__(self, *, store, model, engine, order: list[Game], concurrency: int, racing: bool, minibatch: int,
+                 race_step: int, objectives: list[str], experience_lag: int,
+                 on_episode: Callable[[Any], None] | None = None, can_start: Callable[[], bool] | None = None):
+        self.store, self.model, self.engine, self.order = store, model, engine, order
+        self.sem = asyncio.Semaphore(concurrency)
+        self.racing, self.minibatch, self.race_step = racing, minibatch, race_step
+        self.cost_objectives = [o for o in objectives if o != "success"]
+        self.lag = experience_lag
+        self.on_episode = on_episode
+        self.can_start = can_start or (lambda: True)
+        self.stopped_by_budget = False
+        self.played_now = 0  # episodes played by this process
+
+    async def evaluate_all(self, harnesses: list[Harness], bar: Bar | None) -> dict[str, CandidateStats]:
+        """Stats of every harness (by behaviour id); those already evaluated cost nothing."""
+        unique = list({h.behaviour_id: h for h in harnesses}.values())
+        results = await asyncio.gather(*(self.evaluate(h, bar) for h in unique))
+        return {s.behaviour_id: s for s in results}
+
+    async def evaluate(self, h: Harness, bar: Bar | None) -> CandidateStats:
+        """Play `h` on the race order: everything without racing (or without a bar), else round by round
+        while it could still reach the bar."""
+        from harnevo.evolve.racing import should_continue
+
+        bid, name = h.behaviour_id, self.model.name
+        keys = [episode_key(bid, name, g.split, g.name, 0) for g in self.order]
+        done = self.store.episodes(bid, name)
+        total = len(self.order)
+        schedule = self._schedule(h, keys, done)
+        program = HarnessProgram(h)
+        stats = CandidateStats(bid)
+        target = total if (bar is None or not self.racing) else min(self.minibatch, total)
+        played_upto = 0
+        while True:
+            todo = [i for i in range(played_upto, target) if not _ok(done.get(_row_key(self.order[i])))]
+            await asyncio.gather(*(self._play(program, i, keys, schedule, stats) for i in todo))
+            if self.stopped_by_budget:
+                break
+            played_upto = target
+            done = self.store.episodes(bid, name)
+            self._count(stats, done, target)
+            if target >= total:
+                stats.complete = stats.infra_errors == 0
+                break
+            costs = {k: v for k, v in self._costs(stats).items() if k in self.cost_objectives}
+            if not should_continue(stats.successes, stats.games, total, bar.for_costs(costs)):
+                stats.stopped_early = True
+                break
+            target = min(total, target + self.race_step)
+        return stats
+
+    def _schedule(self, h: Harness, keys: list[str], done: dict) -> BankSchedule | None:
+        if not h.memory.experience:
+            return None
+        sched = BankSchedule(ExperienceBank(None, size=h.memory.experience_bank_size), keys, lag=self.lag)
+        for k in keys:
+            sched.need(k)
+        for game, k in zip(self.order, keys):
+            row = done.get(_row_key(game))
+            if _ok(row):
+                sched.settle(k, row.bank_edits)
+        return sched
+
+    async def _play(self, program: HarnessProgram, i: int, keys: list[str], schedule: BankSchedule | None,
+                    stats: CandidateStats) -> None:
+        game, key = self.order[i], keys[i]
+        snapshot = await schedule.snapshot_for(key) if schedule is not None else None
+        if schedule is not None and snapshot is None:
+            return
+        async with self.sem:
+            if self.stopped_by_budget or not self.can_start():
+                self._stop(schedule)
+                return
+            try:
+                traj = await run_episode(program, self.model, self.engine, game, sample=0, bank=snapshot)
+            except BudgetExhausted:
+                self._stop(schedule)
+                return
+        self.store.record_episode(traj, model=self.model.name)
+        stats.played_now += 1
+        self.played_now += 1
+        if schedule is not None:
+            schedule.settle(key, traj.bank_edits if traj.ok else [])
+        if self.on_episode is not None:
+            self.on_episode(traj)
+
+    def _stop(self, schedule: BankSchedule | None) -> None:
+        self.stopped_by_budget = True
+        if schedule is not None:
+            schedule.abort()
+
+    def _count(self, stats: CandidateStats, done: dict, upto: int) -> None:
+        stats.games = stats.successes = stats.infra_errors = 0
+        stats.tokens = stats.cost = stats.meta = 0.0
+        for game in self.order[:upto]:
+            row = done.get(_row_key(game))
+            if row is None:
+                continue
+            if row.status != "ok":
+                stats.infra_errors += 1
+                continue
+            stats.games += 1
+            stats.successes += int(row.success)
+            stats.tokens += row.prompt_tokens + row.completion_tokens
+            stats.cost += row.cost_usd
+            stats.meta += row.meta_actions
+
+    @staticmethod
+    def _costs(stats: CandidateStats) -> dict[str, float]:
+        d = stats.as_dict()
+        return {k: d[v] for k, v in COST_KEYS.items()}
+
+    def learned_bank(self, h: Harness) -> ExperienceBank | None:
+        """The bank `h` learned on the games it played: its episodes' edits applied in race order."""
+        if not h.memory.experience:
+            return None
+        bank = ExperienceBank(None, size=h.memory.experience_bank_size)
+        done = self.store.episodes(h.behaviour_id, self.model.name)
+        for game in self.order:
+            row = done.get(_row_key(game))
+            if _ok(row):
+                bank.apply(row.bank_edits)
+        return bank
+
+
+def _row_key(game: Game) -> tuple[str, str, int]:
+    return (game.split, game.name, 0)
+
+
+def _ok(row: Any) -> bool:
+    return row is not None and row.status == "ok"

@@ -1,0 +1,220 @@
+"""The generation loop of `harnevo evolve`, resumable at any instant.
+
+Generation 0: the seeds, evaluated on every game, then mutants of the seeds (raced) until the population
+is full. Each later generation: offspring by crossover and mutation (DEAP toolbox, one `random.Random`
+from the run's seed), evaluated together (racing against the front at the start of the generation), then
+selection (NSGA-II over the objectives, or tournament with elitism for `success` alone) over parents and
+offspring. After every generation the population, the front, the statistics and the RNG state are saved
+in the store in one transaction; every episode was committed as it finished.
+
+Resume: the last saved generation gives the population and the RNG state; the next generation's
+offspring are derived again from them (so they are the same children), their episodes already in the
+store are reused, and the run ends with the same population and front as a never-killed run."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from harnevo.errors import HarnevoError
+from harnevo.evolve.candidates import COST_KEYS, Bar, CandidateEvaluator, CandidateStats
+from harnevo.evolve.config import EvolveConfig
+from harnevo.harness.spec import Harness
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    generations: int
+    population: list[str]
+    front: list[str]
+    best: str
+    stats: dict[str, dict[str, Any]]
+    episodes_played_now: int
+    episodes_total: int
+    episodes_saved_by_racing: int
+    wall_seconds: float
+    stopped_by: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def fitness_of(stats: dict[str, Any], objectives: list[str]) -> tuple[float, ...]:
+    """All objectives as values to maximise: success as is, costs negated (selection.fitness_values)."""
+    from harnevo.evolve.selection import fitness_values
+
+    return fitness_values(objectives, stats)
+
+
+class Evolution:
+    def __init__(self, cfg: EvolveConfig, store, evaluator: CandidateEvaluator, seeds: list[Harness],
+                 on_event: Event | None = None):
+        from harnevo.evolve.toolbox import build_toolbox
+
+        self.cfg, self.store, self.ev, self.seeds = cfg, store, evaluator, seeds
+        self.rng = random.Random(cfg.seed)
+        self.toolbox = build_toolbox(cfg, self.rng)
+        self.on_event = on_event or (lambda kind, data: None)
+        self.stats: dict[str, dict[str, Any]] = {}
+        self.saved_by_racing = 0
+
+    # --- helpers -------------------------------------------------------------------------------------------
+    def _harness(self, bid: str) -> Harness:
+        return self.store.harness(bid)
+
+    def _front(self, ids: list[str]) -> list[str]:
+        from harnevo.evolve.selection import front_ids
+
+        complete = [b for b in ids if self.stats[b]["complete"]]
+        return front_ids({b: fitness_of(self.stats[b], self.cfg.objectives) for b in (complete or ids)})
+
+    def _bar(self, front: list[str]) -> Bar:
+        costs = [o for o in self.cfg.objectives if o != "success"]
+        return Bar([(self.stats[b]["success"], {o: self.stats[b][COST_KEYS[o]] for o in costs}) for b in front])
+
+    async def _evaluate(self, hs: list[Harness], bar: Bar | None) -> None:
+        got = await self.ev.evaluate_all(hs, bar)
+        total = len(self.ev.order)
+        for bid, s in got.items():
+            self.stats[bid] = s.as_dict()
+            if s.stopped_early:
+                self.saved_by_racing += total - s.games - s.infra_errors
+
+    def _register(self, child, generation: int) -> Harness:
+        self.store.add_harness(child.harness, parents=list(child.parents), operator=child.operator,
+                               generation=generation, detail=child.detail)
+        return child.harness
+
+    # --- the run -------------------------------------------------------------------------------------------
+    async def run(self) -> tuple[int, list[str], list[str], str]:
+        from harnevo.population.store import rng_state_from_json, rng_state_to_json
+
+        last = self.store.last_generation()
+        if last is None:
+            population = await self._generation_zero()
+            gen = 0
+            front = self._front(population)
+            self._save(gen, population, front, rng_state_to_json)
+        else:
+            gen, population, front = last["generation"], list(last["population"]), list(last["front"])
+            self.rng.setstate(rng_state_from_json(last["rng_state"]))
+            self.stats.update(last["stats"]["candidates"])
+            self.saved_by_racing = int(last["stats"].get("saved_by_racing", 0))
+            self.on_event("resumed", {"generation": gen})
+        while not self._should_stop(gen):
+            gen += 1
+            bar = self._bar(front) if self.cfg.racing else None
+            offspring = self._offspring(population, gen)
+            self.on_event("generation_start", {"generation": gen, "candidates": len(offspring)})
+            await self._evaluate(offspring, bar)
+            if self.ev.stopped_by_budget:
+                self.on_event("budget", {"generation": gen})
+                break
+            pool_ids = list(dict.fromkeys(population + [h.behaviour_id for h in offspring]))
+            population = self._select(pool_ids)
+            front = self._front(population)
+            self._save(gen, population, front, rng_state_to_json)
+        best = self.best(front)
+        return gen, population, front, best
+
+    async def _generation_zero(self) -> list[str]:
+        from harnevo.evolve.operators import Child, mutate
+
+        seeds = []
+        for h in self.seeds:
+            self._register(Child(h, (), "seed", {"seed": h.name}), 0)
+            seeds.append(h)
+        self.on_event("generation_start", {"generation": 0, "candidates": len(seeds)})
+        await self._evaluate(seeds, None)  # the seeds play every game: they set the first bar
+        ids = list(dict.fromkeys(h.behaviour_id for h in seeds))
+        fill: list[Harness] = []
+        tries = 0
+        while len(ids) + len(fill) < self.cfg.population and tries < 50 * self.cfg.population:
+            tries += 1
+            parent = seeds[len(fill) % len(seeds)] if self.cfg.search == "evolve" else None
+            child = self._random_child() if parent is None else mutate(parent, self.rng)[0]
+            if child.harness.behaviour_id in ids or any(c.behaviour_id == child.harness.behaviour_id for c in fill):
+                continue
+            fill.append(self._register(child, 0))
+        bar = self._bar(self._front(ids)) if self.cfg.racing else None
+        await self._evaluate(fill, bar)
+        return ids + [h.behaviour_id for h in fill]
+
+    def _random_child(self):
+        from harnevo.evolve.operators import random_harness
+
+        return random_harness(self.rng, self.seeds)[0]
+
+    def _offspring(self, population: list[str], gen: int) -> list[Harness]:
+        from harnevo.evolve.operators import VariationError, crossover, mutate
+
+        seen = set(population)
+        out: list[Harness] = []
+        tries = 0
+        parents = [self._harness(b) for b in population]
+        fitness = {b: fitness_of(self.stats[b], self.cfg.objectives) for b in population}
+        while len(out) < self.cfg.population and tries < 50 * self.cfg.population:
+            tries += 1
+            if self.cfg.search == "random":
+                children = [self._random_child()]
+            else:
+                a, b = self.toolbox.select_parents(parents, fitness, 2)
+                children = []
+                if self.rng.random() < self.cfg.crossover_prob and a.behaviour_id != b.behaviour_id:
+                    try:
+                        c1, c2, _ = crossover(a, b, self.rng)
+                        children = [c1, c2]
+                        if self.rng.random() < self.cfg.mutation_prob:
+                            children = [mutate(c.harness, self.rng)[0].after(c) for c in children]
+                    except VariationError:  # parents too alike to cross: mutate instead
+                        children = []
+                if not children:
+                    children = [mutate(a, self.rng)[0]]
+            for child in children:
+                bid = child.harness.behaviour_id
+                if bid in seen or len(out) >= self.cfg.population:
+                    continue
+                seen.add(bid)
+                out.append(self._register(child, gen))
+        return out
+
+    def _select(self, ids: list[str]) -> list[str]:
+        fitness = {b: fitness_of(self.stats[b], self.cfg.objectives) for b in ids}
+        return self.toolbox.select_survivors(ids, fitness, self.cfg.population)
+
+    def _should_stop(self, gen: int) -> bool:
+        knob, limit = self.cfg.budget_knob
+        if knob == "generations":
+            return gen >= limit
+        if knob == "episodes":
+            return self.store.episode_count() >= limit
+        spent = self.store.spend()
+        return spent["tokens" if knob == "budget_tokens" else "usd"] >= limit
+
+    def _save(self, gen: int, population: list[str], front: list[str], to_json) -> None:
+        self.store.save_generation(gen, population=population, front=front, rng_state=to_json(self.rng.getstate()),
+                                   stats={"candidates": {b: self.stats[b] for b in
+                                                         dict.fromkeys(population + list(self.stats))},
+                                          "saved_by_racing": self.saved_by_racing,
+                                          "episodes": self.store.episode_count()})
+        best = self.best(front)
+        self.on_event("generation_end", {"generation": gen, "population": population, "front": front,
+                                         "best": best, "best_stats": self.stats[best],
+                                         "episodes": self.store.episode_count(),
+                                         "saved_by_racing": self.saved_by_racing})
+
+    def best(self, front: list[str]) -> str:
+        from harnevo.evolve.selection import best_of
+
+        return best_of({b: self.stats[b] for b in front})
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+__all__ = ["Evolution", "RunResult", "fitness_of", "HarnevoError"]
