@@ -34,6 +34,8 @@ def apply_cmd(args, out: Path, concurrency: int) -> list[str]:
         cmd += ["--data", str(args.data)]
     if args.games:
         cmd += ["--games", str(args.games)]
+    if args.no_step_cache:
+        cmd += ["--no-step-cache"]
     return cmd
 
 
@@ -45,6 +47,7 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=None)
     p.add_argument("--games", type=int, default=None)
     p.add_argument("--out", type=Path, default=Path("runs/determinism"))
+    p.add_argument("--no-step-cache", action="store_true", help="every step on the engine (no answers from the cache)")
     args = p.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     runs = {}
@@ -72,7 +75,9 @@ def main() -> None:
     runs["killed twice"] = (out, time.perf_counter() - t0)
     ref_out = runs["c1"][0]
     ref, ref_bank = outcomes(ref_out), (ref_out / "experience.json").read_text()
-    print(f"{args.harness} x {args.model} on {total} {args.split} games; killed with SIGKILL after {kills} episodes")
+    cache = "no step cache" if args.no_step_cache else "step cache on"
+    print(f"{args.harness} x {args.model} on {total} {args.split} games ({cache}); killed with SIGKILL after "
+          f"{kills} episodes")
     print("| run | wall s | success | per-game outcomes = c1 | experience.json = c1 |")
     print("|---|---:|---:|---|---|")
     for name, (o, wall) in runs.items():

@@ -15,6 +15,7 @@ seen before); `infra_error` episodes are played again and never counted."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -84,6 +85,8 @@ class CandidateEvaluator:
         self.can_start = can_start or (lambda: True)
         self.stopped_by_budget = False
         self.played_now = 0  # episodes played by this process
+        self.episode_seconds = 0.0  # their wall time, and the time spent committing them to the store
+        self.store_seconds = 0.0
 
     async def evaluate_all(self, harnesses: list[Harness], bar: Bar | None) -> dict[str, CandidateStats]:
         """Stats of every harness (by behaviour id); those already evaluated cost nothing."""
@@ -150,7 +153,10 @@ class CandidateEvaluator:
             except BudgetExhausted:
                 self._stop(schedule)
                 return
+        t0 = time.perf_counter()
         self.store.record_episode(traj, model=self.model.name)
+        self.store_seconds += time.perf_counter() - t0
+        self.episode_seconds += traj.wall_seconds
         stats.played_now += 1
         self.played_now += 1
         if schedule is not None:

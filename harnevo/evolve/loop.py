@@ -14,33 +14,13 @@ store are reused, and the run ends with the same population and front as a never
 from __future__ import annotations
 
 import random
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
-from harnevo.errors import HarnevoError
-from harnevo.evolve.candidates import COST_KEYS, Bar, CandidateEvaluator, CandidateStats
+from harnevo.evolve.candidates import COST_KEYS, Bar, CandidateEvaluator
 from harnevo.evolve.config import EvolveConfig
 from harnevo.harness.spec import Harness
 
 Event = Callable[[str, dict[str, Any]], None]
-
-
-@dataclass
-class RunResult:
-    run_dir: Path
-    generations: int
-    population: list[str]
-    front: list[str]
-    best: str
-    stats: dict[str, dict[str, Any]]
-    episodes_played_now: int
-    episodes_total: int
-    episodes_saved_by_racing: int
-    wall_seconds: float
-    stopped_by: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def fitness_of(stats: dict[str, Any], objectives: list[str]) -> tuple[float, ...]:
@@ -213,8 +193,4 @@ class Evolution:
         return best_of({b: self.stats[b] for b in front})
 
 
-def now() -> float:
-    return time.perf_counter()
-
-
-__all__ = ["Evolution", "RunResult", "fitness_of", "HarnevoError"]
+__all__ = ["Evolution", "fitness_of"]

@@ -33,14 +33,21 @@ def default_split(data: str | None) -> str:
     return "valid_train" if (Path(root) / "json_2.1.1" / "valid_train").is_dir() else "train"
 
 
-def run_evolve(cfg: EvolveConfig, run_dir: Path, *, resume_only: bool = False) -> dict[str, Any]:
+def run_evolve(cfg: EvolveConfig, run_dir: Path) -> dict[str, Any]:
     from harnevo.files import FolderLock
 
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise HarnevoError(f"--run-dir {run_dir} is a file, not a folder")
-    with FolderLock(run_dir, "run"):
-        return asyncio.run(_run(cfg, run_dir))
+    created = not run_dir.exists()
+    try:
+        with FolderLock(run_dir, "run"):
+            return asyncio.run(_run(cfg, run_dir))
+    except BaseException:
+        if created and [p.name for p in run_dir.iterdir()] == [".lock"]:  # bad input: leave no folder behind
+            (run_dir / ".lock").unlink()
+            run_dir.rmdir()
+        raise
 
 
 def resume(run_dir: Path) -> dict[str, Any]:
@@ -144,6 +151,8 @@ def _finish(cfg, store, evo, ev, run_dir: Path, gen, population, front, best, wa
         "best_yaml": str(run_dir / BEST), "best_bank": str(run_dir / BEST_BANK) if bank is not None else None,
         "store": str(store.path), "episodes_in_store": store.episode_count(),
         "episodes_played_now": ev.played_now, "episodes_saved_by_racing": evo.saved_by_racing,
+        "store_seconds_per_episode": ev.store_seconds / max(1, ev.played_now),
+        "episode_seconds_mean": ev.episode_seconds / max(1, ev.played_now),
         "wall_seconds": wall, "stopped_by_budget": ev.stopped_by_budget, "model": cfg.model,
         "simulated": cfg.model.startswith("sim/"), "objectives": cfg.objectives,
     }

@@ -1,0 +1,167 @@
+"""Evolution, measured: wall time, episodes, episodes/s, store overhead; the front on held-out games; racing
+against no racing; evolution against random search with the same episode budget; and a run from `react`
+alone with a weaker simulated agent.
+
+    python bench/bench_evolve.py --data ../shared/alfworld            # population 16 x 10 generations, 48 games
+    python bench/bench_evolve.py --data ../shared/alfworld --population 8 --generations 4 --games 24 --held-out-games 60
+
+Runs (each in its own folder under --out, resumable):
+  A  seeds react,bpe_always_on,bpe_inline x --model, racing on
+  B  the same with --no-racing
+  C  --search random with A's episode budget
+  D  seeds react alone x --weak-model (a weaker simulated agent), racing on
+Then every front member of A and the seeds are played on the held-out split (frozen banks learned on the
+train games), and the best harness of A, B, C, D against their seeds. Every number names the model, the
+games, n and its CI; sim/... models are simulated agents written to read the panels a harness renders."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harnevo.envs.games import resolve_games  # noqa: E402
+from harnevo.envs.pool import EnginePool  # noqa: E402
+from harnevo.evolve.config import parse_config  # noqa: E402
+from harnevo.evolve.operators import changed_genes  # noqa: E402
+from harnevo.evolve.refs import learned_bank  # noqa: E402
+from harnevo.evolve.run import run_evolve  # noqa: E402
+from harnevo.harness.genome import normalize  # noqa: E402
+from harnevo.harness.spec import load_harness  # noqa: E402
+from harnevo.models import get_model  # noqa: E402
+from harnevo.population.store import Store  # noqa: E402
+from harnevo.runtime.evaluate import evaluate  # noqa: E402
+
+WEAK = "sim/bounded?lapse=0.25"  # react scores 40-60% on valid_seen with it (see README)
+
+
+def evolve(name: str, args, **overrides) -> dict:
+    cfg = parse_config({"model": args.model, "seeds": "react,bpe_always_on,bpe_inline", "split": args.split,
+                        "games": args.games, "data": str(args.data) if args.data else None,
+                        "population": args.population, "generations": args.generations, "seed": args.seed,
+                        "concurrency": args.concurrency, "max_steps": args.max_steps, **overrides})
+    t0 = time.perf_counter()
+    summary = run_evolve(cfg, args.out / name)
+    summary["bench_wall"] = time.perf_counter() - t0
+    return summary
+
+
+async def held_out(run_dirs: dict[str, Path], members: dict[str, list[str]], args, model_name: str) -> dict:
+    """Success of each (run, behaviour id) on the held-out split, banks frozen."""
+    games, source = resolve_games(args.held_out, data=args.data, n=args.held_out_games, seed=args.seed)
+    model = get_model(model_name)
+    out = {}
+    async with EnginePool(max_cached_games=max(32, len(games))) as pool:
+        for run, ids in members.items():
+            store = Store.open(run_dirs[run])
+            try:
+                for bid in ids:
+                    h = store.harness(bid)
+                    bank = learned_bank(store, h)
+                    r = await evaluate(h, model, games, pool, out=args.out / "held_out" / model_name.replace("/", "_")
+                                       .replace("?", "_") / bid, concurrency=args.concurrency, bank=bank,
+                                       freeze_bank=bank is not None)
+                    out[(run, bid)] = r.summary
+            finally:
+                store.close()
+    return {"games": len(games), "source": source, "results": out}
+
+
+def fmt(s: dict) -> str:
+    lo, hi = s["ci95"]
+    return f"{100 * s['success_rate']:.1f}% [{100 * lo:.0f}–{100 * hi:.0f}]"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", type=Path, default=None)
+    p.add_argument("--model", default="sim/bounded")
+    p.add_argument("--weak-model", default=WEAK)
+    p.add_argument("--split", default="valid_train")
+    p.add_argument("--held-out", default="valid_unseen")
+    p.add_argument("--held-out-games", type=int, default=None, help="a seeded sample (default: the whole split)")
+    p.add_argument("--games", type=int, default=48)
+    p.add_argument("--population", type=int, default=16)
+    p.add_argument("--generations", type=int, default=10)
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--out", type=Path, default=Path("runs/bench_evolve"))
+    p.add_argument("--skip", default="", help="runs to skip, e.g. B,C,D")
+    args = p.parse_args()
+    skip = set(args.skip.split(",")) - {""}
+
+    runs: dict[str, dict] = {}
+    runs["A"] = evolve("A_racing", args)
+    if "B" not in skip:
+        runs["B"] = evolve("B_no_racing", args, racing=False)
+    if "C" not in skip:
+        runs["C"] = evolve("C_random", args, search="random", generations=None,
+                           episodes=runs["A"]["episodes_in_store"])
+    if "D" not in skip:
+        runs["D"] = evolve("D_react_weak", args, seeds="react", model=args.weak_model)
+
+    print(f"\n## Evolution runs ({args.games} {args.split} games, population {args.population}, seed {args.seed})\n")
+    print("| run | model | search | wall s | episodes played | episodes/s | saved by racing | store ms / episode "
+          "| store share of episode time | best (train) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+    labels = {"A": "evolve, racing", "B": "evolve, no racing", "C": "random search (A's episodes)",
+              "D": "evolve from react, racing"}
+    for k, s in runs.items():
+        best = next(r for r in s["front"] if r["behaviour_id"] == s["best"])
+        share = s["store_seconds_per_episode"] / max(1e-9, s["episode_seconds_mean"])
+        print(f"| {k} | {s['model']} | {labels[k]} | {s['wall_seconds']:.0f} | {s['episodes_played_now']} | "
+              f"{s['episodes_played_now'] / max(1e-9, s['wall_seconds']):.2f} | {s['episodes_saved_by_racing']} | "
+              f"{1000 * s['store_seconds_per_episode']:.2f} | {100 * share:.2f}% | `{s['best']}` "
+              f"{100 * best['success']:.1f}% over {best['games']} |")
+
+    seeds = {h: normalize(load_harness(h)).behaviour_id for h in ("react", "bpe_always_on", "bpe_inline")}
+    run_dirs = {"A": args.out / "A_racing", "B": args.out / "B_no_racing", "C": args.out / "C_random",
+                "D": args.out / "D_react_weak"}
+    members = {"A": list(dict.fromkeys([r["behaviour_id"] for r in runs["A"]["front"]] + list(seeds.values())))}
+    for k in ("B", "C"):
+        if k in runs:
+            members[k] = [runs[k]["best"]]
+    ho = asyncio.run(held_out(run_dirs, members, args, args.model))
+    print(f"\n## Held-out: {ho['games']} {args.held_out} games ({ho['source']}), model {args.model} (simulated), "
+          f"banks learned on the train games and frozen; Wilson 95% CI over games\n")
+    print("| run | harness | success [CI] | tokens / episode | meta / episode |")
+    print("|---|---|---:|---:|---:|")
+    names = {v: k for k, v in seeds.items()}
+    for (run, bid), s in ho["results"].items():
+        tag = names.get(bid, "front" if run == "A" and bid != runs["A"]["best"] else "best")
+        if run == "A" and bid == runs["A"]["best"]:
+            tag = "best"
+        print(f"| {run} | `{bid}` ({tag}) | {fmt(s)} | {s['tokens_per_episode']:.0f} | "
+              f"{s['meta_actions_per_episode']:.2f} |")
+    seed_rows = [ho["results"][("A", b)] for b in seeds.values()]
+    best_seed = max(seed_rows, key=lambda s: s["success_rate"])
+    ok = [b for (run, b), s in ho["results"].items() if run == "A" and b not in names
+          and s["ci95"][1] >= best_seed["success_rate"] and s["tokens_per_episode"] <= 0.6 * best_seed["tokens_per_episode"]]
+    print(f"\nbest seed on held-out: {best_seed['harness_name']} {fmt(best_seed)}, "
+          f"{best_seed['tokens_per_episode']:.0f} tokens/episode; front members at least as good (within the CIs) "
+          f"with at most 60% of its tokens: {', '.join(ok) or 'none'}")
+
+    if "D" in runs:
+        react_id = seeds["react"]
+        hd = asyncio.run(held_out(run_dirs, {"D": [react_id, runs["D"]["best"]]}, args, args.weak_model))
+        r, b = hd["results"][("D", react_id)], hd["results"][("D", runs["D"]["best"])]
+        store = Store.open(run_dirs["D"])
+        genes = changed_genes(store.harness(react_id), store.harness(runs["D"]["best"]))
+        store.close()
+        half = (r["ci95"][1] - r["ci95"][0]) / 2 + (b["ci95"][1] - b["ci95"][0]) / 2
+        print(f"\n## From react alone, weaker agent {args.weak_model} (simulated), {hd['games']} {args.held_out} games\n")
+        print(f"react {fmt(r)}; evolved best `{runs['D']['best']}` {fmt(b)}; difference "
+              f"{100 * (b['success_rate'] - r['success_rate']):+.1f} points (sum of the CI half-widths "
+              f"{100 * half:.1f})")
+        print("genes it changed: " + "; ".join(f"{g}: {v[0]!r} -> {v[1]!r}" for g, v in genes.items()))
+    (args.out / "bench_evolve.json").write_text(json.dumps({k: v for k, v in runs.items()}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
