@@ -146,3 +146,21 @@ def test_bad_input_is_one_line_and_exit_2(uninterrupted, alfworld_data, tmp_path
     broken.mkdir()
     (broken / "population.sqlite").write_bytes(b"this is not a database" * 100)
     one_line(_cli("resume", str(broken)), "population.sqlite")
+
+
+def test_population_commands(uninterrupted, tmp_path):
+    run_dir, _ = uninterrupted
+    best = json.loads((run_dir / "summary.json").read_text())["best"]
+    r = _cli("population", "list", "--run-dir", str(run_dir))
+    assert r.returncode == 0 and best in r.stdout and "seed" in r.stdout, r.stderr
+    r = _cli("population", "lineage", best, "--run-dir", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert "seed" in lines[0] and best in lines[-1]  # oldest first: from a seed to the best
+    r = _cli("population", "show", best[:8], "--run-dir", str(run_dir))
+    assert r.returncode == 0 and f"# behaviour_id: {best}" in r.stdout, r.stderr
+    out = tmp_path / "exported.yaml"
+    r = _cli("population", "export", best, "--run-dir", str(run_dir), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    r = _cli("harness", "show", str(out))
+    assert r.returncode == 0 and f"# behaviour_id: {best}" in r.stdout, r.stderr

@@ -103,7 +103,9 @@ class EvolveView:
         table = Table(title=f"front after generation {summary['generations']}: model {summary['model']}{sim}, "
                             f"{self.total_games} train games, success with Wilson 95% CI over games",
                       title_justify="left")
-        for col in ("behaviour id", "name", "success [CI]", "games", "tokens/ep", "meta/ep", "made by", "gen"):
+        table.add_column("behaviour id", no_wrap=True, min_width=18)
+        table.add_column("name", max_width=22, overflow="ellipsis", no_wrap=True)
+        for col in ("success [CI]", "games", "tokens/ep", "meta/ep", "made by", "gen"):
             table.add_column(col, justify="right" if col in ("games", "tokens/ep", "meta/ep", "gen") else "left")
         for r in summary["front"]:
             lo, hi = r["ci95"]

@@ -17,8 +17,10 @@ def print_population(store) -> None:
     table = Table(title=f"{store.path}: model {v.get('model')}{sim}, {v.get('split')} games; "
                         f"generation {last.get('generation', '-')}; success with Wilson 95% CI over games played",
                   title_justify="left")
-    for col in ("behaviour id", "name", "gen", "made by", "parents", "success [CI]", "games", "tokens/ep", "state"):
-        table.add_column(col)
+    table.add_column("behaviour id", no_wrap=True, min_width=16)
+    table.add_column("name", max_width=22, overflow="ellipsis", no_wrap=True)
+    for col in ("gen", "made by", "parents", "success [CI]", "games", "tokens/ep", "state"):
+        table.add_column(col, overflow="fold")
     for r in store.harness_rows():
         bid = r["behaviour_id"]
         s = stats.get(bid)
