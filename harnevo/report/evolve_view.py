@@ -120,5 +120,6 @@ class EvolveView:
                       f"{summary['episodes_saved_by_racing']} saved by racing; wall {summary['wall_seconds']:.0f}s")
         console.print(escape(f"best: {summary['best_yaml']}" + (f" (+ bank {summary['best_bank']})" if summary["best_bank"] else "")
                              + f"; store: {summary['store']}"), soft_wrap=True)
-        console.print(escape(f"apply it: harnevo apply {summary['run_dir']}:best --model MODEL --split valid_unseen --out DIR"),
+        console.print(escape(f"apply it: harnevo apply {summary['run_dir']}:best --model MODEL --split HELD_OUT --out DIR  "
+                             f"(held-out games, e.g. valid_unseen; its bank is read frozen)"),
                       soft_wrap=True)
