@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -102,15 +103,20 @@ class EvolveView:
         sim = " (simulated)" if summary["simulated"] else ""
         table = Table(title=f"front after generation {summary['generations']}: model {summary['model']}{sim}, "
                             f"{self.total_games} train games, success with Wilson 95% CI over games",
-                      title_justify="left")
+                      title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
         table.add_column("behaviour id", no_wrap=True, min_width=18)
-        table.add_column("name", max_width=22, overflow="ellipsis", no_wrap=True)
-        for col in ("success [CI]", "games", "tokens/ep", "meta/ep", "made by", "gen"):
-            table.add_column(col, justify="right" if col in ("games", "tokens/ep", "meta/ep", "gen") else "left")
+        narrow = console.width < 110  # the name is the seed's plus the id: dropped where space is short
+        if not narrow:
+            table.add_column("name", max_width=22, overflow="ellipsis", no_wrap=True)
+        table.add_column("success [CI]", no_wrap=True, min_width=15)
+        for col in ("games", "tokens/ep", "meta/ep"):
+            table.add_column(col, justify="right", no_wrap=True)
+        table.add_column("made by", overflow="fold", min_width=8)
+        table.add_column("gen", justify="right", no_wrap=True, min_width=3)
         for r in summary["front"]:
             lo, hi = r["ci95"]
             mark = " *" if r["behaviour_id"] == summary["best"] else ""
-            table.add_row(r["behaviour_id"] + mark, escape(r["name"]),
+            table.add_row(r["behaviour_id"] + mark, *([] if narrow else [escape(r["name"])]),
                           f"{100 * r['success']:.1f}% [{100 * lo:.0f}-{100 * hi:.0f}]", str(r["games"]),
                           f"{r['tokens_per_episode']:.0f}", f"{r['meta_per_episode']:.2f}", escape(r["operator"]),
                           str(r["generation"]))
