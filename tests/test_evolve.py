@@ -164,3 +164,21 @@ def test_population_commands(uninterrupted, tmp_path):
     assert r.returncode == 0, r.stderr
     r = _cli("harness", "show", str(out))
     assert r.returncode == 0 and f"# behaviour_id: {best}" in r.stdout, r.stderr
+
+
+def test_an_episode_budget_is_never_passed(alfworld_data, tmp_path):
+    run_dir = tmp_path / "budget"
+    args = [a for a in SMALL]
+    i = args.index("--generations")
+    del args[i:i + 2]
+    r = _cli("evolve", *args, "--episodes", "20", "--data", str(alfworld_data), "--run-dir", str(run_dir))
+    assert r.returncode == 0, r.stderr[-3000:]
+    from harnevo.population.store import Store
+
+    store = Store.open(run_dir)
+    try:
+        assert store.episode_count() == 20  # the seeds alone would play 12; the cap cuts generation 0's mutants
+        assert store.last_generation()["generation"] == 0
+    finally:
+        store.close()
+    assert json.loads((run_dir / "summary.json").read_text())["stopped_by_budget"] is True

@@ -1,6 +1,8 @@
 """The one validated config of an evolution run: a YAML file (`--config run.yaml`) and CLI overrides,
 unknown keys are errors, and exactly one budget knob (generations, episodes, tokens or dollars) decides
-when the run stops."""
+when the run stops: generations are counted between generations; episodes, tokens and dollars are checked
+before every episode (tokens and dollars before every model call), and the generation they cut short is not
+saved, so the run ends with the last complete generation and `resume` with a larger budget continues it."""
 
 from __future__ import annotations
 

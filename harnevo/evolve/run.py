@@ -109,7 +109,7 @@ async def _run(cfg: EvolveConfig, run_dir: Path) -> dict[str, Any]:
             ev = CandidateEvaluator(store=store, model=model, engine=pool, order=order, concurrency=cfg.concurrency,
                                     racing=cfg.racing, minibatch=cfg.minibatch, race_step=cfg.race_step,
                                     objectives=cfg.objectives, experience_lag=cfg.experience_lag,
-                                    on_episode=view.episode)
+                                    on_episode=view.episode, can_start=_episode_budget(cfg, store))
             evo = Evolution(cfg, store, ev, seeds, on_event=view.event)
             with view:
                 gen, population, front, best = await evo.run()
@@ -120,6 +120,21 @@ async def _run(cfg: EvolveConfig, run_dir: Path) -> dict[str, Any]:
         store.close()
     view.final(summary)
     return summary
+
+
+def _episode_budget(cfg: EvolveConfig, store):
+    """With `--episodes N`: a check before each episode starts, so the run never plays more than N in all."""
+    if cfg.episodes is None:
+        return None
+    left = [cfg.episodes - store.episode_count()]
+
+    def can_start() -> bool:
+        if left[0] <= 0:
+            return False
+        left[0] -= 1
+        return True
+
+    return can_start
 
 
 def _budget(cfg: EvolveConfig, store):
