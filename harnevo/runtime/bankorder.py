@@ -41,7 +41,7 @@ class BankSchedule:
         """Episode `key` is finished (its edits; [] for an episode that teaches nothing). Returns True
         when the bank moved on."""
         i = self.index.get(key)
-        if i is None or i in self._settled:
+        if i is None or i < self.applied or i in self._settled:  # unknown, or settled once already
             return False
         self._settled[i] = [] if self.frozen else list(edits)
         moved = False
