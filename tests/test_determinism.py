@@ -122,3 +122,27 @@ def test_a_template_over_budget_mid_run_fails_its_episode_only(games, alfworld_d
     others = [by_game[g.name] for g in chosen[1:]]
     assert all(not t.reason.startswith("render error") for t in others)
     assert sum(t.steps for t in others) > 6  # they played on while the bomb went off
+
+
+def test_a_frozen_bank_is_read_by_every_episode_and_never_changed(games, tmp_path):
+    from harnevo.errors import HarnevoError
+    from harnevo.harness.experience import ExperienceBank
+
+    learned = ExperienceBank(None, size=20)
+    learned.add("apple was found at a countertop")
+    out = tmp_path / "frozen"
+
+    async def run(bank):
+        async with EnginePool(workers=2) as pool:
+            return await evaluate(load_harness("bpe_always_on"), get_model("sim/bounded"), games[:3], pool, out=out,
+                                  concurrency=3, bank=bank, freeze_bank=True)
+
+    result = asyncio.run(run(learned))
+    assert {t.bank_seen for t in result.trajectories} == {learned.fingerprint()}
+    assert any("apple was found at a countertop" in t.turns[0].messages[1]["content"] for t in result.trajectories)
+    assert not (out / "experience.json").exists()  # frozen: nothing learned here is kept
+    assert ExperienceBank(out / "experience_base.json").fingerprint() == learned.fingerprint()
+    other = ExperienceBank(None, size=20)
+    other.add("a lesson from somewhere else")
+    with pytest.raises(HarnevoError, match="another Experience bank"):
+        asyncio.run(run(other))

@@ -103,11 +103,13 @@ async def _evaluate(harness, model, games, engine, results: ResultsDir, *, concu
     identity = {"harness_id": harness.id, "behaviour_id": harness.behaviour_id, "harness_name": harness.name,
                 "model": model.name, "simulated": model.simulated, "split": games[0].split if games else "",
                 **(header or {})}
-    base = _base_bank(results, harness, bank) if uses_bank else None
+    base, new_base = _base_bank(results, harness, bank) if uses_bank else (None, False)
     if base is not None:
         identity["experience"] = {"lag": lag, "frozen": freeze_bank, "start_bank": base.fingerprint(),
                                   "start_lessons": len(base.lessons)}
-    results.claim(identity, harness.to_yaml())
+    results.claim(identity, harness.to_yaml())  # refuses another evaluation's folder before anything is written
+    if new_base:
+        base.save(results.path / EXPERIENCE_BASE)
     done = results.load()
     pairs = [(g, s) for g in games for s in range(samples)]
     order = [episode_key(harness.behaviour_id, model.name, g.split, g.name, s) for g, s in pairs]
@@ -205,19 +207,17 @@ async def _evaluate(harness, model, games, engine, results: ResultsDir, *, concu
                       played=len(played), skipped=skipped, stopped_by_budget=stopped)
 
 
-def _base_bank(results: ResultsDir, harness: Harness, bank: ExperienceBank | None) -> ExperienceBank:
+def _base_bank(results: ResultsDir, harness: Harness, bank: ExperienceBank | None) -> tuple[ExperienceBank, bool]:
     """The bank this evaluation starts from: the one given, else the one recorded in the folder by an
-    earlier invocation, else an empty one. A given bank must match a recorded one."""
+    earlier invocation, else an empty one; and whether it is to be recorded. A given bank must match a
+    recorded one."""
     size = harness.memory.experience_bank_size
     stored_file = results.path / EXPERIENCE_BASE
     stored = ExperienceBank(stored_file, size=size) if stored_file.is_file() else None
     if bank is None:
-        return stored.snapshot() if stored is not None else ExperienceBank(None, size=size)
+        return (stored.snapshot() if stored is not None else ExperienceBank(None, size=size)), False
     given = bank.snapshot().resized(size)
     if stored is not None and stored.fingerprint() != given.fingerprint():
         raise HarnevoError(f"{results.path} was started from another Experience bank "
                            f"({stored.fingerprint()}, not {given.fingerprint()}); choose another --out")
-    if stored is None:
-        results.path.mkdir(parents=True, exist_ok=True)
-        given.save(stored_file)
-    return given
+    return given, stored is None
