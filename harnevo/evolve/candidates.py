@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from harnevo.envs.games import Game
 from harnevo.errors import BudgetExhausted
+from harnevo.evolve.racing import RacePlan, should_continue
 from harnevo.harness.experience import ExperienceBank
 from harnevo.harness.spec import Harness
 from harnevo.runtime.bankorder import BankSchedule
@@ -42,7 +43,6 @@ class CandidateStats:
     meta: float = 0.0
     complete: bool = False  # played every game (not stopped by racing)
     stopped_early: bool = False
-    played_now: int = 0  # episodes played in this invocation
 
     @property
     def success(self) -> float:
@@ -78,7 +78,7 @@ class CandidateEvaluator:
                  on_episode: Callable[[Any], None] | None = None, can_start: Callable[[], bool] | None = None):
         self.store, self.model, self.engine, self.order = store, model, engine, order
         self.sem = asyncio.Semaphore(concurrency)
-        self.racing, self.minibatch, self.race_step = racing, minibatch, race_step
+        self.racing, self.plan = racing, RacePlan(minibatch, race_step)
         self.cost_objectives = [o for o in objectives if o != "success"]
         self.lag = experience_lag
         self.on_episode = on_episode
@@ -97,8 +97,6 @@ class CandidateEvaluator:
     async def evaluate(self, h: Harness, bar: Bar | None) -> CandidateStats:
         """Play `h` on the race order: everything without racing (or without a bar), else round by round
         while it could still reach the bar."""
-        from harnevo.evolve.racing import should_continue
-
         bid, name = h.behaviour_id, self.model.name
         keys = [episode_key(bid, name, g.split, g.name, 0) for g in self.order]
         done = self.store.episodes(bid, name)
@@ -106,11 +104,12 @@ class CandidateEvaluator:
         schedule = self._schedule(h, keys, done)
         program = HarnessProgram(h)
         stats = CandidateStats(bid)
-        target = total if (bar is None or not self.racing) else min(self.minibatch, total)
+        racing = self.racing and bar is not None
+        checkpoints = self.plan.checkpoints(total) if racing else [total]
         played_upto = 0
-        while True:
+        for target in checkpoints:
             todo = [i for i in range(played_upto, target) if not _ok(done.get(_row_key(self.order[i])))]
-            await asyncio.gather(*(self._play(program, i, keys, schedule, stats) for i in todo))
+            await asyncio.gather(*(self._play(program, i, keys, schedule) for i in todo))
             if self.stopped_by_budget:
                 break
             played_upto = target
@@ -123,7 +122,6 @@ class CandidateEvaluator:
             if not should_continue(stats.successes, stats.games, total, bar.for_costs(costs)):
                 stats.stopped_early = True
                 break
-            target = min(total, target + self.race_step)
         return stats
 
     def _schedule(self, h: Harness, keys: list[str], done: dict) -> BankSchedule | None:
@@ -138,8 +136,7 @@ class CandidateEvaluator:
                 sched.settle(k, row.bank_edits)
         return sched
 
-    async def _play(self, program: HarnessProgram, i: int, keys: list[str], schedule: BankSchedule | None,
-                    stats: CandidateStats) -> None:
+    async def _play(self, program: HarnessProgram, i: int, keys: list[str], schedule: BankSchedule | None) -> None:
         game, key = self.order[i], keys[i]
         snapshot = await schedule.snapshot_for(key) if schedule is not None else None
         if schedule is not None and snapshot is None:
@@ -157,7 +154,6 @@ class CandidateEvaluator:
         self.store.record_episode(traj, model=self.model.name)
         self.store_seconds += time.perf_counter() - t0
         self.episode_seconds += traj.wall_seconds
-        stats.played_now += 1
         self.played_now += 1
         if schedule is not None:
             schedule.settle(key, traj.bank_edits if traj.ok else [])
