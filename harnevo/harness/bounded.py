@@ -353,23 +353,24 @@ def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     at = 1 if getattr(func, "jinja_pass_arg", None) is not None else 0  # index of the filtered value
     sized = name in _STRINGIFYING
 
+    def enter(args: tuple) -> RenderBudget:
+        b = _budget()
+        b.tick()
+        if sized and len(args) > at and type(args[at]) is not str:
+            b.allow(b.weight(args[at]), what)
+        return b
+
     if check is None:
         @functools.wraps(func)
         def bounded(*args: Any, **kwargs: Any) -> Any:
-            b = _budget()
-            b.tick()
-            if sized and len(args) > at and type(args[at]) is not str:
-                b.allow(b.weight(args[at]), what)
+            b = enter(args)
             return b.made(func(*args, **kwargs), what)
     else:
         params = _Params(func)
 
         @functools.wraps(func)
         def bounded(*args: Any, **kwargs: Any) -> Any:
-            b = _budget()
-            b.tick()
-            if sized and len(args) > at and type(args[at]) is not str:
-                b.allow(b.weight(args[at]), what)
+            b = enter(args)
             named = params.bind(args, kwargs)
             check(b, named)
             args, kwargs = params.unbind(named)
