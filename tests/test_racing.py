@@ -167,3 +167,33 @@ def test_race_plan_checkpoints_and_validation():
     for bad in [(0, 1), (1, 0), (2.5, 1), (True, 2)]:
         with pytest.raises(ValueError, match="race"):
             RacePlan(*bad)
+
+
+def test_the_bar_stops_what_cannot_join_the_front():
+    from harnevo.evolve.candidates import Bar
+
+    front = [(1.0, {"tokens": 1000.0}), (0.6, {"tokens": 400.0})]
+    open_bar = Bar.of_front(front, margin=1.0)  # no floor: only dominance
+    assert open_bar.dominating({"tokens": 1200.0}) == 1.0  # both members are as cheap: the best counts
+    assert open_bar.dominating({"tokens": 500.0}) == 0.6  # only the cheap member is as cheap
+    assert open_bar.dominating({"tokens": 100.0}) is None  # cheaper than the whole front
+    # costlier than a member at 100%: even 12 of 12 can only tie it, so it stops
+    assert not open_bar.should_continue(12, 12, 48, {"tokens": 1200.0})
+    # between the members: it must be able to beat 60%
+    assert open_bar.should_continue(6, 12, 48, {"tokens": 500.0})
+    assert not open_bar.should_continue(1, 12, 48, {"tokens": 500.0})
+    # cheaper than every member: never stopped without a floor ...
+    assert open_bar.should_continue(0, 12, 48, {"tokens": 100.0})
+    # ... but with the default margin it must be able to come within 0.1 of the best
+    bar = Bar.of_front(front, margin=0.1)
+    assert bar.floor == pytest.approx(0.9)
+    assert not bar.should_continue(2, 12, 48, {"tokens": 100.0})
+    assert bar.should_continue(12, 12, 48, {"tokens": 100.0})
+    assert not Bar.of_front([], margin=0.1).should_continue(12, 12, 12, {})  # nothing left to play
+    assert Bar.of_front([], margin=0.1).should_continue(0, 12, 48, {})  # an empty front stops nothing
+
+
+def test_a_strict_bar_must_be_beaten_not_tied():
+    assert should_continue(12, 12, 48, 1.0)  # reaching 100% is possible
+    assert not should_continue(12, 12, 48, 1.0, strict=True)  # but beating it is not
+    assert should_continue(11, 12, 48, 0.9, strict=True)

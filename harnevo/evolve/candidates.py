@@ -4,10 +4,15 @@ committed to the store as it finishes, and racing.
 
 Racing: games are played in one fixed, family-stratified order (`racing.race_order`), the same for every
 candidate. A new candidate plays the first `minibatch` games; after that and after every further
-`race_step` games it goes on only while `racing.should_continue` says that its success could still reach
-the bar: the best success, at the start of the generation, of a front member at least as cheap as the
-candidate on every cost objective (a candidate cheaper than the whole front is never stopped). The bar is
-fixed per generation, so racing decisions do not depend on which candidate finished first.
+`race_step` games it goes on only while `racing.should_continue` says that its success over all games could
+still put it on the front (`Bar`, fixed at the start of the generation, so racing decisions do not depend
+on which candidate finished first):
+  dominance  if front members are at least as cheap as the candidate on every cost objective (its costs
+             so far against theirs), the upper bound of its success must *exceed* their best success: at
+             best a tie with a member at least as cheap is weak domination, which gains the front nothing
+             (with `objectives: [success]` every member counts, so it must be able to beat the best);
+  floor      and, however cheap it is, the upper bound must reach the front's best success less
+             `race_margin` (default 0.1): a cheap candidate far below the best is not worth all the games.
 
 Episodes already in the store are never played again (a resumed run, or a child whose behaviour id was
 seen before); `infra_error` episodes are played again and never counted."""
@@ -59,17 +64,30 @@ class CandidateStats:
 
 @dataclass
 class Bar:
-    """The current front, as (success, cost values) of its members, frozen for one generation."""
+    """The current front, as (success, cost values) of its members, frozen for one generation, and the
+    floor no candidate may fall below (the front's best success less the run's `race_margin`)."""
 
     members: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    floor: float = 0.0
 
-    def for_costs(self, costs: dict[str, float]) -> float:
-        """Best success among front members at most as costly as `costs` on every cost objective."""
-        best = 0.0
-        for success, their in self.members:
-            if all(their.get(k, 0.0) <= v + 1e-12 for k, v in costs.items()):
-                best = max(best, success)
-        return best
+    @classmethod
+    def of_front(cls, members: list[tuple[float, dict[str, float]]], margin: float) -> "Bar":
+        best = max((s for s, _ in members), default=0.0)
+        return cls(members, max(0.0, best - margin))
+
+    def dominating(self, costs: dict[str, float]) -> float | None:
+        """Best success among front members at most as costly as `costs` on every cost objective (None
+        when the candidate is cheaper than every member on some objective)."""
+        found = [success for success, their in self.members
+                 if all(their.get(k, 0.0) <= v + 1e-12 for k, v in costs.items())]
+        return max(found) if found else None
+
+    def should_continue(self, successes: int, played: int, total: int, costs: dict[str, float]) -> bool:
+        """Whether a candidate with these results so far could still join the front (module docstring)."""
+        if not should_continue(successes, played, total, self.floor):
+            return False
+        dominant = self.dominating(costs)
+        return dominant is None or should_continue(successes, played, total, dominant, strict=True)
 
 
 class CandidateEvaluator:
@@ -119,7 +137,7 @@ class CandidateEvaluator:
                 stats.complete = stats.infra_errors == 0
                 break
             costs = {k: v for k, v in self._costs(stats).items() if k in self.cost_objectives}
-            if not should_continue(stats.successes, stats.games, total, bar.for_costs(costs)):
+            if not bar.should_continue(stats.successes, stats.games, total, costs):
                 stats.stopped_early = True
                 break
         return stats

@@ -39,6 +39,8 @@ class EvolveConfig(BaseModel):
     racing: bool = Field(True, description="race new candidates on a stratified minibatch first")
     minibatch: int = Field(12, ge=1, description="games a new candidate plays before it may be stopped")
     race_step: int = Field(12, ge=1, description="games added per racing round after the minibatch")
+    race_margin: float = Field(0.1, ge=0.0, le=1.0, description="racing stops a candidate that cannot come within "
+                               "this much of the front's best success, however cheap (1: cheap ones never stopped)")
     concurrency: int = Field(8, ge=1, le=512, description="episodes in flight at once, across candidates")
     workers: Optional[int] = Field(None, ge=1, description="engine worker processes (default: one per core)")
     crossover_prob: float = Field(0.5, ge=0.0, le=1.0, description="chance that offspring come from crossover")

@@ -54,7 +54,8 @@ class Evolution:
 
     def _bar(self, front: list[str]) -> Bar:
         costs = [o for o in self.cfg.objectives if o != "success"]
-        return Bar([(self.stats[b]["success"], {o: self.stats[b][COST_KEYS[o]] for o in costs}) for b in front])
+        members = [(self.stats[b]["success"], {o: self.stats[b][COST_KEYS[o]] for o in costs}) for b in front]
+        return Bar.of_front(members, self.cfg.race_margin)
 
     async def _evaluate(self, hs: list[Harness], bar: Bar | None) -> None:
         got = await self.ev.evaluate_all(hs, bar)

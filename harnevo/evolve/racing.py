@@ -1,5 +1,5 @@
 """Racing: a new candidate plays a family-stratified minibatch first and goes on to the rest of the games
-only while its success on all of them could still reach the bar (the best success of the current front).
+only while its success on all of them could still reach the bar (set from the current front: see `evolve/candidates.py`).
 
 Order (`race_order`): the games sorted, grouped by task family, each family shuffled with the seed, then
 interleaved so that every prefix holds each family in proportion to its share of the whole set (at each
@@ -22,8 +22,9 @@ the bar; over the checks of a race the risks add up for a candidate right at the
 12, step 12: stopped about 18% of the time; a tie with a front member at least as cheap gains nothing) and
 stay small above it (5 points above: about 3%; 10 points above: under 1%), while a candidate 15 points
 below is stopped after 34 games on average (tests/test_racing.py measures these). For fewer wrong stops,
-pass a higher `confidence` (e.g. 1 - 0.05 / checks). A candidate that has won every game so far is never
-stopped.
+pass a higher `confidence` (e.g. 1 - 0.05 / checks). Against a plain bar a candidate that has won every
+game so far is never stopped; against a member at least as cheap (`strict`, see `evolve/candidates.py`) a
+candidate must be able to beat the member, not tie it: at 100% a tie is all it could reach, and it stops.
 """
 
 from __future__ import annotations
@@ -115,15 +116,19 @@ def upper_bound(successes: float, played: int, total: int, *, confidence: float 
     return min(hard, statistical)
 
 
-def should_continue(successes: float, played: int, total: int, bar: float, *, confidence: float = 0.95) -> bool:
+def should_continue(successes: float, played: int, total: int, bar: float, *, confidence: float = 0.95,
+                    strict: bool = False) -> bool:
     """Whether a candidate with `successes` of `played` games should play more: games are left and the
-    upper bound of its success over all `total` games reaches `bar`."""
+    upper bound of its success over all `total` games reaches `bar` (with `strict`, exceeds it: a
+    candidate that can at best tie a member at least as cheap is weakly dominated and cannot join the
+    front)."""
     if not math.isfinite(bar):
         raise ValueError(f"the bar must be a number, got {bar}")
     if played >= total:
         upper_bound(successes, played, total, confidence=confidence)  # checks the arguments
         return False
-    return upper_bound(successes, played, total, confidence=confidence) >= bar - EPS
+    ub = upper_bound(successes, played, total, confidence=confidence)
+    return ub > bar + EPS if strict else ub >= bar - EPS
 
 
 __all__ = ["RacePlan", "race_order", "upper_bound", "should_continue"]
