@@ -172,11 +172,11 @@ def test_race_plan_checkpoints_and_validation():
 def test_the_bar_stops_what_cannot_join_the_front():
     from harnevo.evolve.candidates import Bar
 
-    front = [(1.0, {"tokens": 1000.0}), (0.6, {"tokens": 400.0})]
+    front = [(1.0, lambda n: {"tokens": 1000.0}), (0.6, lambda n: {"tokens": 400.0})]
     open_bar = Bar.of_front(front, margin=1.0)  # no floor: only dominance
-    assert open_bar.dominating({"tokens": 1200.0}) == 1.0  # both members are as cheap: the best counts
-    assert open_bar.dominating({"tokens": 500.0}) == 0.6  # only the cheap member is as cheap
-    assert open_bar.dominating({"tokens": 100.0}) is None  # cheaper than the whole front
+    assert open_bar.dominating({"tokens": 1200.0}, 12) == 1.0  # both members are as cheap: the best counts
+    assert open_bar.dominating({"tokens": 500.0}, 12) == 0.6  # only the cheap member is as cheap
+    assert open_bar.dominating({"tokens": 100.0}, 12) is None  # cheaper than the whole front
     # costlier than a member at 100%: even 12 of 12 can only tie it, so it stops
     assert not open_bar.should_continue(12, 12, 48, {"tokens": 1200.0})
     # between the members: it must be able to beat 60%
@@ -197,3 +197,13 @@ def test_a_strict_bar_must_be_beaten_not_tied():
     assert should_continue(12, 12, 48, 1.0)  # reaching 100% is possible
     assert not should_continue(12, 12, 48, 1.0, strict=True)  # but beating it is not
     assert should_continue(11, 12, 48, 0.9, strict=True)
+
+
+def test_costs_are_compared_on_the_same_games():
+    from harnevo.evolve.candidates import Bar
+
+    # the member's first 12 games are long (1500 tokens each), its average over all 48 is 1000
+    bar = Bar.of_front([(1.0, lambda n: {"tokens": 1500.0 if n <= 12 else 1000.0})], margin=1.0)
+    assert bar.dominating({"tokens": 1200.0}, 12) is None  # cheaper than the member on the same 12 games
+    assert bar.should_continue(12, 12, 48, {"tokens": 1200.0})
+    assert bar.dominating({"tokens": 1200.0}, 24) == 1.0  # costlier on the first 24

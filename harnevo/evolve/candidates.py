@@ -8,7 +8,7 @@ candidate. A new candidate plays the first `minibatch` games; after that and aft
 still put it on the front (`Bar`, fixed at the start of the generation, so racing decisions do not depend
 on which candidate finished first):
   dominance  if front members are at least as cheap as the candidate on every cost objective (its costs
-             so far against theirs), the upper bound of its success must *exceed* their best success: at
+             so far against theirs on the same games), the upper bound of its success must *exceed* their best success: at
              best a tie with a member at least as cheap is weak domination, which gains the front nothing
              (with `objectives: [success]` every member counts, so it must be able to beat the best);
   floor      and, however cheap it is, the upper bound must reach the front's best success less
@@ -64,29 +64,33 @@ class CandidateStats:
 
 @dataclass
 class Bar:
-    """The current front, as (success, cost values) of its members, frozen for one generation, and the
-    floor no candidate may fall below (the front's best success less the run's `race_margin`)."""
+    """The current front, frozen for one generation: each member's success over all games and its cost
+    values over the first n games of the race order (so that a candidate's costs after n games are compared
+    with the members' costs on the same games, not with their average over all games); and the floor no
+    candidate may fall below (the front's best success less the run's `race_margin`)."""
 
-    members: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    members: list[tuple[float, Callable[[int], dict[str, float]]]] = field(default_factory=list)
     floor: float = 0.0
 
     @classmethod
-    def of_front(cls, members: list[tuple[float, dict[str, float]]], margin: float) -> "Bar":
+    def of_front(cls, members: list[tuple[float, Callable[[int], dict[str, float]]]], margin: float) -> "Bar":
         best = max((s for s, _ in members), default=0.0)
         return cls(members, max(0.0, best - margin))
 
-    def dominating(self, costs: dict[str, float]) -> float | None:
-        """Best success among front members at most as costly as `costs` on every cost objective (None
-        when the candidate is cheaper than every member on some objective)."""
-        found = [success for success, their in self.members
-                 if all(their.get(k, 0.0) <= v + 1e-12 for k, v in costs.items())]
+    def dominating(self, costs: dict[str, float], played: int) -> float | None:
+        """Best success among front members at most as costly as `costs` (a candidate's, after `played`
+        games) on every cost objective over the same games (None when the candidate is cheaper than every
+        member on some objective)."""
+        found = [success for success, costs_at in self.members
+                 if all(costs_at(played).get(k, 0.0) <= v + 1e-12 for k, v in costs.items())]
         return max(found) if found else None
 
     def should_continue(self, successes: int, played: int, total: int, costs: dict[str, float]) -> bool:
-        """Whether a candidate with these results so far could still join the front (module docstring)."""
+        """Whether a candidate with these results after `played` games could still join the front (module
+        docstring)."""
         if not should_continue(successes, played, total, self.floor):
             return False
-        dominant = self.dominating(costs)
+        dominant = self.dominating(costs, played)
         return dominant is None or should_continue(successes, played, total, dominant, strict=True)
 
 
@@ -198,6 +202,12 @@ class CandidateEvaluator:
             stats.tokens += row.prompt_tokens + row.completion_tokens
             stats.cost += row.cost_usd
             stats.meta += row.meta_actions
+
+    def costs_over(self, behaviour_id: str, upto: int) -> dict[str, float]:
+        """A candidate's cost values (per ok episode) over the first `upto` games of the race order."""
+        stats = CandidateStats(behaviour_id)
+        self._count(stats, self.store.episodes(behaviour_id, self.model.name), upto)
+        return {k: v for k, v in self._costs(stats).items() if k in self.cost_objectives}
 
     @staticmethod
     def _costs(stats: CandidateStats) -> dict[str, float]:

@@ -13,10 +13,11 @@ store are reused, and the run ends with the same population and front as a never
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any, Callable
 
-from harnevo.evolve.candidates import COST_KEYS, Bar, CandidateEvaluator
+from harnevo.evolve.candidates import Bar, CandidateEvaluator
 from harnevo.evolve.config import EvolveConfig
 from harnevo.harness.spec import Harness
 
@@ -53,8 +54,8 @@ class Evolution:
         return front_ids({b: fitness_of(self.stats[b], self.cfg.objectives) for b in (complete or ids)})
 
     def _bar(self, front: list[str]) -> Bar:
-        costs = [o for o in self.cfg.objectives if o != "success"]
-        members = [(self.stats[b]["success"], {o: self.stats[b][COST_KEYS[o]] for o in costs}) for b in front]
+        members = [(self.stats[b]["success"], functools.lru_cache(maxsize=None)(functools.partial(self.ev.costs_over, b)))
+                   for b in front]  # a member's costs over the first n games: read from the store once per n
         return Bar.of_front(members, self.cfg.race_margin)
 
     async def _evaluate(self, hs: list[Harness], bar: Bar | None) -> None:
