@@ -74,6 +74,10 @@ def _hf_model(spec: str, *, timeout_s: float, max_in_flight: int, price: tuple[f
     if not raw:
         raise ModelNotFoundError("hf/ needs a checkpoint directory: hf/<path to a saved transformers model>")
     path = Path(raw).expanduser().resolve()
+    if path.suffix.lower() == ".gguf":  # e.g. an Ollama / LM Studio file: converted once into a checkpoint
+        from harnevo.models.gguf import resolve_hf_path
+
+        path = resolve_hf_path(path)
     from harnevo.models.checkpoints import checkpoint_fingerprint, is_checkpoint
 
     if not is_checkpoint(path):

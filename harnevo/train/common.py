@@ -119,7 +119,7 @@ def is_gguf(base: str) -> bool:
 
 def load_base(base: str, *, device_map: Any = None) -> tuple[Any, Any]:
     """(model, tokenizer) of a base: a local checkpoint dir, a hub id, or a .gguf file (dequantized to
-    float32 through harnevo.models.gguf). The tokenizer must carry a chat template."""
+    float32 and saved once as a checkpoint, harnevo.models.gguf.cached_checkpoint). The tokenizer must carry a chat template."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -127,22 +127,23 @@ def load_base(base: str, *, device_map: Any = None) -> tuple[Any, Any]:
         p = Path(base).expanduser()
         if not p.is_file():
             raise HarnevoError(f"--base {base}: no such .gguf file")
-        from harnevo.models.gguf import load_gguf
+        from harnevo.models.gguf import cached_checkpoint
 
-        model, tok = load_gguf(p)
-    else:
-        p = Path(base).expanduser()
-        local = p.exists()
-        if local and not (p / "config.json").is_file():
-            raise HarnevoError(f"--base {base}: no transformers checkpoint (config.json) in {p}")
-        src = str(p.resolve()) if local else base
-        try:
-            tok = AutoTokenizer.from_pretrained(src, local_files_only=local or None)
-            model = AutoModelForCausalLM.from_pretrained(src, local_files_only=local or None,
-                                                         dtype=torch.float32 if not torch.cuda.is_available()
-                                                         else "auto")
-        except OSError as e:
-            raise HarnevoError(f"--base {base}: cannot load it ({' '.join(str(e).split())[:200]})") from None
+        # converted once into a real checkpoint (a GGUF-loaded model refuses save_pretrained, and a LoRA
+        # adapter must name a loadable base); later loads take seconds
+        base = str(cached_checkpoint(p))
+    p = Path(base).expanduser()
+    local = p.exists()
+    if local and not (p / "config.json").is_file():
+        raise HarnevoError(f"--base {base}: no transformers checkpoint (config.json) in {p}")
+    src = str(p.resolve()) if local else base
+    try:
+        tok = AutoTokenizer.from_pretrained(src, local_files_only=local or None)
+        model = AutoModelForCausalLM.from_pretrained(src, local_files_only=local or None,
+                                                     dtype=torch.float32 if not torch.cuda.is_available()
+                                                     else "auto")
+    except OSError as e:
+        raise HarnevoError(f"--base {base}: cannot load it ({' '.join(str(e).split())[:200]})") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     if tok.chat_template is None:
