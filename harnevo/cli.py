@@ -19,6 +19,8 @@ population_app = typer.Typer(no_args_is_help=True, help="The population of an ev
 app.add_typer(data_app, name="data")
 app.add_typer(harness_app, name="harness")
 app.add_typer(population_app, name="population")
+from harnevo.cli_train import train_app  # noqa: E402
+app.add_typer(train_app, name="train")
 
 
 def _parse_price(price: Optional[str]) -> Optional[tuple[float, float]]:
@@ -39,8 +41,10 @@ def _parse_price(price: Optional[str]) -> Optional[tuple[float, float]]:
 
 @app.command()
 def apply(
-    harness: str = typer.Argument(..., help="a harness YAML file or the name of a seed (react, bpe_always_on, ...)"),
-    model: str = typer.Option("sim/bounded", "--model", "-m", help="sim/..., hf/<checkpoint dir>, or any litellm model"),
+    harness: str = typer.Argument(..., help="a harness YAML file, a seed name (react, bpe_always_on, ...) or RUN:best; "
+                                  "H1,H2: the harness x model grid"),
+    model: str = typer.Option("sim/bounded", "--model", "-m", help="sim/..., hf/<checkpoint dir>, or any litellm model; "
+                              "a,b,c: the transfer table (one folder per pair under --out)"),
     split: Optional[str] = typer.Option(None, help="game split (valid_seen, valid_unseen, train, ... or generated); "
                                         "default valid_seen, or generated games when no official data is found"),
     games: Optional[int] = typer.Option(None, "--games", "-n", help="play a seeded sample of N games (default all)"),
@@ -79,6 +83,11 @@ def apply(
                         timeout_s=timeout, max_steps=max_steps, max_tokens=max_tokens, cache_tag=cache_tag,
                         bank=bank, freeze_bank=freeze_bank, experience_lag=experience_lag,
                         step_cache=None if no_step_cache else (step_cache or "default"))
+    if "," in harness or "," in model:  # several harnesses and/or models: the transfer table
+        from harnevo.runtime.transfer import run_transfer
+
+        run_transfer(opts)
+        return
     run_apply(opts)
 
 
@@ -180,6 +189,9 @@ def evolve(
     price: Optional[str] = typer.Option(None, help="USD per 1M tokens 'PROMPT,COMPLETION'"),
     no_cache: bool = typer.Option(False, "--no-cache", help="do not read or write the reply cache"),
     cache_tag: Optional[str] = typer.Option(None, help="served-model fingerprint in the reply-cache key"),
+    mutator_model: Optional[str] = typer.Option(None, help="reflective mutation: a model that rewrites text genes "
+                                                "from failure evidence (any --model string)"),
+    mutator_api_base: Optional[str] = typer.Option(None, help="base URL of the mutator's OpenAI-compatible server"),
 ) -> None:
     """Evolve harnesses: DEAP over harness programs, fitness = success on ALFWorld games, cost counted."""
     from harnevo.evolve.config import load_config
@@ -190,7 +202,8 @@ def evolve(
                  "episodes": episodes, "budget_tokens": budget_tokens, "budget_usd": budget_usd, "seed": seed,
                  "objectives": objectives, "search": search, "racing": False if no_racing else None,
                  "minibatch": minibatch, "concurrency": concurrency, "workers": workers, "max_steps": max_steps,
-                 "api_base": api_base, "price": _parse_price(price), "cache_tag": cache_tag}
+                 "api_base": api_base, "price": _parse_price(price), "cache_tag": cache_tag,
+                 "mutator_model": mutator_model, "mutator_api_base": mutator_api_base}
     cfg = load_config(config, overrides)
     if no_cache:
         cfg = cfg.model_copy(update={"cache": None})
@@ -198,11 +211,62 @@ def evolve(
 
 
 @app.command()
+def tune(
+    harness: str = typer.Argument(..., help="the harness to tune: a seed name (bpe_always_on, ...) or a YAML file"),
+    run_dir: Path = typer.Option(..., "--run-dir", help="the run's folder (population.sqlite holds the store and the "
+                                 "Optuna study; best.yaml); re-running resumes"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="model every trial plays with (default sim/bounded)"),
+    split: Optional[str] = typer.Option(None, help="games to tune on (default valid_train, or the generated set)"),
+    games: Optional[int] = typer.Option(None, "--games", "-n", help="a seeded sample of N games (default 48)"),
+    trials: Optional[int] = typer.Option(None, help="budget: trials in all (default 40; more on a re-run adds trials)"),
+    objectives: Optional[str] = typer.Option(None, help="success (TPE, default) | success,tokens | success,cost (NSGA-II)"),
+    seed: Optional[int] = typer.Option(None, help="seed of the games, race order and sampler (default 0)"),
+    families: Optional[str] = typer.Option(None, help="task families to keep, e.g. heat,cool"),
+    data: Optional[Path] = typer.Option(None, help="folder holding json_2.1.1 (default $ALFWORLD_DATA)"),
+    no_pruning: bool = typer.Option(False, "--no-pruning", help="play every trial on every game"),
+    minibatch: Optional[int] = typer.Option(None, help="games before the first pruning check (default 12)"),
+    race_step: Optional[int] = typer.Option(None, help="games between pruning checks (default 12)"),
+    max_steps: Optional[int] = typer.Option(None, help="most steps per episode: the step budget is tuned at or below it"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c", help="episodes in flight at once (default 8)"),
+    workers: Optional[int] = typer.Option(None, help="engine worker processes (default: one per core)"),
+    api_base: Optional[str] = typer.Option(None, help="base URL of an OpenAI-compatible server"),
+    price: Optional[str] = typer.Option(None, help="USD per 1M tokens 'PROMPT,COMPLETION'"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="do not read or write the reply cache"),
+    cache_tag: Optional[str] = typer.Option(None, help="served-model fingerprint in the reply-cache key"),
+) -> None:
+    """Tune the numeric and categorical genes of one harness with Optuna (TPE; NSGA-II for success and tokens)."""
+    from harnevo.evolve.tune import parse_tune_config, print_summary, run_tune
+
+    cfg = parse_tune_config({"harness": harness, "model": model, "split": split, "games": games, "trials": trials,
+                             "objectives": objectives, "seed": seed, "families": families,
+                             "data": str(data) if data else None, "pruning": False if no_pruning else None,
+                             "minibatch": minibatch, "race_step": race_step, "max_steps": max_steps,
+                             "concurrency": concurrency, "workers": workers, "api_base": api_base,
+                             "price": _parse_price(price), "cache_tag": cache_tag})
+    if no_cache:
+        cfg = cfg.model_copy(update={"cache": None})
+    print_summary(run_tune(cfg, run_dir))
+
+
+@app.command()
 def resume(run_dir: Path = typer.Argument(..., help="the run folder of an evolution run")) -> None:
     """Continue an evolution run where it stopped (killed, interrupted or out of budget), with its own config."""
     from harnevo.evolve.run import resume as resume_run
 
-    resume_run(run_dir)
+    summary = resume_run(run_dir)
+    if summary.get("sampler"):  # a tune run
+        from harnevo.evolve.tune import print_summary
+
+        print_summary(summary)
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="the run folder of an evolution run (finished or in progress)"),
+           out: Optional[Path] = typer.Option(None, "--out", "-o", help="folder to write into (default RUN/report)")) -> None:
+    """Write the report of an evolution run: one self-contained HTML page (RUN/report/index.html) and its PNGs."""
+    from harnevo.report.run_report import print_written, write_report
+
+    print_written(write_report(run_dir, out))
 
 
 def _store(run_dir: Path):

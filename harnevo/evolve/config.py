@@ -16,6 +16,8 @@ from harnevo.errors import HarnevoError
 
 OBJECTIVES = ("success", "tokens", "cost", "meta")
 BUDGET_KNOBS = ("generations", "episodes", "budget_tokens", "budget_usd")
+MUTATOR_KEYS = ("mutator_model", "mutator_api_base", "mutator_max_tokens", "mutator_template", "mutator_prob",
+                "mutator_failures")
 
 
 class EvolveConfig(BaseModel):
@@ -54,6 +56,16 @@ class EvolveConfig(BaseModel):
     timeout_s: float = Field(60.0, gt=0)
     cache: Optional[str] = Field("default", description="reply cache file; 'default'; null: none")
     cache_tag: Optional[str] = None
+    mutator_model: Optional[str] = Field(None, description="reflective mutation: the model that rewrites text genes "
+                                         "from failure evidence (any --model string); null: structural operators only")
+    mutator_api_base: Optional[str] = Field(None, description="base URL of the mutator's OpenAI-compatible server")
+    mutator_max_tokens: int = Field(6000, ge=200, le=200_000, description="token cap of one reflection request "
+                                    "(evidence is trimmed to fit before it is sent)")
+    mutator_template: Optional[str] = Field(None, description="Jinja file of the reflection request "
+                                            "(default harness_templates/reflect.j2)")
+    mutator_prob: float = Field(0.5, gt=0.0, le=1.0, description="about this share of mutations try the reflective "
+                                "operator first (a rejected proposal falls back to a structural one)")
+    mutator_failures: int = Field(3, ge=1, le=20, description="lost episodes shown to the mutator per request")
 
     @field_validator("objectives")
     @classmethod
@@ -81,6 +93,10 @@ class EvolveConfig(BaseModel):
             raise ValueError(f"exactly one budget knob decides when the run stops; got {', '.join(set_knobs)}")
         if len(self.objectives) > 1 and self.population < 4:
             raise ValueError(f"NSGA-II needs a population of at least 4, got {self.population}")
+        if self.mutator_model is None:
+            changed = [k for k in MUTATOR_KEYS[1:] if k in self.model_fields_set and getattr(self, k) is not None]
+            if changed:
+                raise ValueError(f"{changed[0]} needs mutator_model (--mutator-model)")
         if self.elite >= self.population:
             raise ValueError(f"elite ({self.elite}) must be smaller than the population ({self.population})")
         return self
@@ -93,7 +109,13 @@ class EvolveConfig(BaseModel):
         return "generations", 10
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The config as stored (and hashed) by the run; without a mutator its settings are left out, so runs
+        made before they existed keep their config hash and resume."""
+        data = self.model_dump(mode="json")
+        if self.mutator_model is None:
+            for k in MUTATOR_KEYS:
+                data.pop(k)
+        return data
 
 
 def load_config(path: Path | None, overrides: dict[str, Any]) -> EvolveConfig:

@@ -33,12 +33,15 @@ def fitness_of(stats: dict[str, Any], objectives: list[str]) -> tuple[float, ...
 
 class Evolution:
     def __init__(self, cfg: EvolveConfig, store, evaluator: CandidateEvaluator, seeds: list[Harness],
-                 on_event: Event | None = None):
+                 on_event: Event | None = None, mutator=None):
+        from harnevo.evolve.operators import DEFAULT
         from harnevo.evolve.toolbox import build_toolbox
 
         self.cfg, self.store, self.ev, self.seeds = cfg, store, evaluator, seeds
         self.rng = random.Random(cfg.seed)
         self.toolbox = build_toolbox(cfg, self.rng)
+        self.mutator = mutator  # reflect.ReflectiveMutator or None: structural operators only
+        self.registry = mutator.registry(DEFAULT, cfg.mutator_prob) if mutator is not None else DEFAULT
         self.on_event = on_event or (lambda kind, data: None)
         self.stats: dict[str, dict[str, Any]] = {}
         self.saved_by_racing = 0
@@ -86,11 +89,13 @@ class Evolution:
             self.rng.setstate(rng_state_from_json(last["rng_state"]))
             self.stats.update(last["stats"]["candidates"])
             self.saved_by_racing = int(last["stats"].get("saved_by_racing", 0))
+            if self.mutator is not None:
+                self.mutator.restore(last["stats"].get("mutator"))
             self.on_event("resumed", {"generation": gen})
         while not self._should_stop(gen):
             gen += 1
             bar = self._bar(front) if self.cfg.racing else None
-            offspring = self._offspring(population, gen)
+            offspring = await self._offspring(population, gen)
             self.on_event("generation_start", {"generation": gen, "candidates": len(offspring)})
             await self._evaluate(offspring, bar)
             if self.ev.stopped_by_budget:
@@ -104,7 +109,7 @@ class Evolution:
         return gen, population, front, best
 
     async def _generation_zero(self) -> list[str]:
-        from harnevo.evolve.operators import Child, mutate
+        from harnevo.evolve.operators import Child
 
         seeds = []
         for h in self.seeds:
@@ -118,7 +123,7 @@ class Evolution:
         while len(ids) + len(fill) < self.cfg.population and tries < 50 * self.cfg.population:
             tries += 1
             parent = seeds[len(fill) % len(seeds)] if self.cfg.search == "evolve" else None
-            child = self._random_child() if parent is None else mutate(parent, self.rng)[0]
+            child = self._random_child() if parent is None else await self._mutate(parent, 0)
             if child.harness.behaviour_id in ids or any(c.behaviour_id == child.harness.behaviour_id for c in fill):
                 continue
             fill.append(self._register(child, 0))
@@ -131,8 +136,14 @@ class Evolution:
 
         return random_harness(self.rng, self.seeds)[0]
 
-    def _offspring(self, population: list[str], gen: int) -> list[Harness]:
-        from harnevo.evolve.operators import VariationError, crossover, mutate
+    async def _mutate(self, parent: Harness, gen: int):
+        """One mutant of `parent` (the reflective operator among them when the run has a mutator)."""
+        from harnevo.evolve.operators import OperatorContext, amutate
+
+        return (await amutate(parent, self.rng, self.registry, OperatorContext(generation=gen)))[0]
+
+    async def _offspring(self, population: list[str], gen: int) -> list[Harness]:
+        from harnevo.evolve.operators import VariationError, crossover
 
         seen = set(population)
         out: list[Harness] = []
@@ -151,11 +162,11 @@ class Evolution:
                         c1, c2, _ = crossover(a, b, self.rng)
                         children = [c1, c2]
                         if self.rng.random() < self.cfg.mutation_prob:
-                            children = [mutate(c.harness, self.rng)[0].after(c) for c in children]
+                            children = [(await self._mutate(c.harness, gen)).after(c) for c in children]
                     except VariationError:  # parents too alike to cross: mutate instead
                         children = []
                 if not children:
-                    children = [mutate(a, self.rng)[0]]
+                    children = [await self._mutate(a, gen)]
             for child in children:
                 bid = child.harness.behaviour_id
                 if bid in seen or len(out) >= self.cfg.population:
@@ -175,6 +186,10 @@ class Evolution:
         if knob == "episodes":
             return self.store.episode_count() >= limit
         spent = self.store.spend()
+        if self.mutator is not None:  # the mutator's spend counts in the same budget
+            extra = self.mutator.spent()
+            spent = {"tokens": spent["tokens"] + extra.prompt_tokens + extra.completion_tokens,
+                     "usd": spent["usd"] + extra.cost_usd}
         return spent["tokens" if knob == "budget_tokens" else "usd"] >= limit
 
     def _save(self, gen: int, population: list[str], front: list[str], to_json) -> None:
@@ -182,7 +197,8 @@ class Evolution:
                                    stats={"candidates": {b: self.stats[b] for b in
                                                          dict.fromkeys(population + list(self.stats))},
                                           "saved_by_racing": self.saved_by_racing,
-                                          "episodes": self.store.episode_count()})
+                                          "episodes": self.store.episode_count(),
+                                          **({"mutator": self.mutator.stats.as_dict()} if self.mutator else {})})
         best = self.best(front)
         self.on_event("generation_end", {"generation": gen, "population": population, "front": front,
                                          "best": best, "best_stats": self.stats[best],

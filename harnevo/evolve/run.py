@@ -58,9 +58,14 @@ def resume(run_dir: Path) -> dict[str, Any]:
         raise HarnevoError(f"{run_dir} holds no evolution run (no population.sqlite)")
     store = Store.open(run_dir)
     try:
-        cfg = parse_config(dict(store.config()), source=str(run_dir / "population.sqlite"))
+        stored = dict(store.config())
     finally:
         store.close()
+    if stored.get("command") == "tune":  # a `harnevo tune` run folder
+        from harnevo.evolve.tune import resume_tune
+
+        return resume_tune(run_dir)
+    cfg = parse_config(stored, source=str(run_dir / "population.sqlite"))
     return run_evolve(cfg, run_dir)
 
 
@@ -92,6 +97,7 @@ async def _run(cfg: EvolveConfig, run_dir: Path) -> dict[str, Any]:
         cache = ReplyCache(default_cache_path() if cfg.cache == "default" else Path(cfg.cache))
     model = get_model(cfg.model, api_base=cfg.api_base, timeout_s=cfg.timeout_s, price=cfg.price, cache=cache,
                       cache_tag=cfg.cache_tag)
+    mutator_model, template = _mutator_model(cfg) if cfg.mutator_model else (None, None)
     import harnevo
 
     versions = {"harnevo": harnevo.__version__, **engine_versions(), "model": model.name,
@@ -103,6 +109,14 @@ async def _run(cfg: EvolveConfig, run_dir: Path) -> dict[str, Any]:
         from harnevo.runtime.evaluate import BudgetedModel
 
         model = BudgetedModel(model, budget)
+        if mutator_model is not None:
+            mutator_model = BudgetedModel(mutator_model, budget)
+    mutator = None
+    if mutator_model is not None:
+        from harnevo.evolve.reflect import ReflectiveMutator
+
+        mutator = ReflectiveMutator(mutator_model, store, model.name, template=template,
+                                    max_tokens=cfg.mutator_max_tokens, failures=cfg.mutator_failures)
     t0 = time.perf_counter()
     try:
         async with EnginePool(workers=cfg.workers) as pool:
@@ -110,13 +124,15 @@ async def _run(cfg: EvolveConfig, run_dir: Path) -> dict[str, Any]:
                                     racing=cfg.racing, minibatch=cfg.minibatch, race_step=cfg.race_step,
                                     objectives=cfg.objectives, experience_lag=cfg.experience_lag,
                                     on_episode=view.episode, can_start=_episode_budget(cfg, store))
-            evo = Evolution(cfg, store, ev, seeds, on_event=view.event)
+            evo = Evolution(cfg, store, ev, seeds, on_event=view.event, mutator=mutator)
             with view:
                 gen, population, front, best = await evo.run()
             summary = _finish(cfg, store, evo, ev, run_dir, gen, population, front, best, time.perf_counter() - t0)
             write_summary(run_dir, summary)
     finally:
         await model.aclose()
+        if mutator_model is not None:
+            await mutator_model.aclose()
         store.close()
     view.final(summary)
     return summary
@@ -146,7 +162,27 @@ def _budget(cfg: EvolveConfig, store):
     b = Budget(usd=cfg.budget_usd, tokens=cfg.budget_tokens)
     spent = store.spend()
     b.add(Usage(int(spent["tokens"]), 0, float(spent["usd"])))
+    last = store.last_generation()
+    paid = (last["stats"].get("mutator") or {}) if last else {}  # the mutator's spend up to the last generation
+    b.add(Usage(int(paid.get("tokens", 0)), 0, float(paid.get("usd", 0.0))))
     return b
+
+
+def _mutator_model(cfg: EvolveConfig):
+    """The reflective mutation's model (through the reply cache unless the run has none) and its template."""
+    from harnevo.evolve.reflect import load_template
+    from harnevo.models import get_model
+
+    template = load_template(cfg.mutator_template)
+    cache = None
+    if cfg.cache is not None and not cfg.mutator_model.startswith("sim/"):
+        from harnevo.models.cache import ReplyCache
+        from harnevo.runtime.apply import default_cache_path
+
+        cache = ReplyCache(default_cache_path() if cfg.cache == "default" else Path(cfg.cache))
+    model = get_model(cfg.mutator_model, api_base=cfg.mutator_api_base, timeout_s=cfg.timeout_s, max_retries=2,
+                      cache=cache)
+    return model, template
 
 
 def _finish(cfg, store, evo, ev, run_dir: Path, gen, population, front, best, wall) -> dict[str, Any]:
@@ -170,6 +206,7 @@ def _finish(cfg, store, evo, ev, run_dir: Path, gen, population, front, best, wa
         "episode_seconds_mean": ev.episode_seconds / max(1, ev.played_now),
         "wall_seconds": wall, "stopped_by_budget": ev.stopped_by_budget, "model": cfg.model,
         "simulated": cfg.model.startswith("sim/"), "objectives": cfg.objectives,
+        **({"mutator": evo.mutator.summary()} if evo.mutator is not None else {}),
     }
 
 
