@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harnevo.errors import HarnevoError
+from harnevo.models.checkpoints import quiet_progress
 
 GGUF_MAGIC = b"GGUF"
 MANIFEST = "gguf_source.json"
@@ -155,21 +156,6 @@ def _stop_tokens(model: Any, tok: Any) -> None:
     gc.eos_token_id = ids[0] if len(ids) == 1 else ids
     if gc.pad_token_id is None and tok.pad_token_id is not None:
         gc.pad_token_id = tok.pad_token_id
-
-
-@contextlib.contextmanager
-def quiet_progress() -> Iterator[None]:
-    """transformers' own progress bars (loading/writing weights) off for the duration (as models/hf.py
-    does; kept here so a conversion does not import litellm)."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
 
 
 @contextlib.contextmanager

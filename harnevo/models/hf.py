@@ -14,20 +14,19 @@ Imported only through models/_litellm.py (this module subclasses litellm's Custo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import litellm  # noqa: E402  (after the environment default above)
 from litellm import CustomLLM  # noqa: E402
 
-from harnevo.models.checkpoints import is_checkpoint  # noqa: E402
+from harnevo.models.checkpoints import is_checkpoint, quiet_progress  # noqa: E402
 
 
 @dataclass
@@ -36,20 +35,6 @@ class _Loaded:
     tokenizer: Any
     device: str
     lock: threading.Lock
-
-
-@contextlib.contextmanager
-def quiet_progress() -> Iterator[None]:
-    """transformers' own progress bars (loading/writing weights) off for the duration."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
 
 
 def _device() -> str:

@@ -3,15 +3,15 @@ reply format, and loading a base model (local dir, hub id or .gguf)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from harnevo.errors import HarnevoError
 from harnevo.harness.experience import ExperienceBank
 from harnevo.harness.spec import Harness
+from harnevo.models.checkpoints import quiet_progress
 from harnevo.train.config import GamesConfig
 
 
@@ -97,20 +97,6 @@ def default_thought(action: str) -> str:
 def thought_of(reply: str) -> str | None:
     m = _THINK.search(reply or "")
     return m.group(1).strip() if m else None
-
-
-@contextlib.contextmanager
-def quiet_progress() -> Iterator[None]:
-    """transformers' own progress bars (loading/writing weights) off for the duration."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
 
 
 def is_gguf(base: str) -> bool:
