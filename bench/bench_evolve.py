@@ -115,6 +115,10 @@ def main() -> None:
     for k, s in runs.items():
         best = next(r for r in s["front"] if r["behaviour_id"] == s["best"])
         share = s["store_seconds_per_episode"] / max(1e-9, s["episode_seconds_mean"])
+        if s["episodes_played_now"] == 0:  # a finished run, only resumed here: its figures are in its own log
+            print(f"| {k} | {s['model']} | {labels[k]} (finished earlier, resumed: see its log) | - | "
+                  f"{s['episodes_in_store']} in the store | - | {s['episodes_saved_by_racing']} | - | - | `{s['best']}` |")
+            continue
         print(f"| {k} | {s['model']} | {labels[k]} | {s['wall_seconds']:.0f} | {s['episodes_played_now']} | "
               f"{s['episodes_played_now'] / max(1e-9, s['wall_seconds']):.2f} | {s['episodes_saved_by_racing']} | "
               f"{1000 * s['store_seconds_per_episode']:.2f} | {100 * share:.2f}% | `{s['best']}` "
