@@ -11,7 +11,10 @@ What it does (every stage through harnevo's own API; each writes under --out and
                --max-steps (harnevo.train.collect.run_collect; won episodes only, one row per turn)
   3. tokenizer a byte-level BPE (--vocab) trained on the text of both datasets and the three harnesses'
                templates, with the ChatML template of harnevo.models.tiny; one random-init Qwen3-style model
-               (--hidden, --layers; a fixed seed) built from it: both students start from the same weights
+               (--hidden, --layers; a fixed seed) built from it and pretrained from scratch with a language-model
+               loss on every token of the collected episodes (--pretrain-steps windows of 8 x 512 tokens; SFT
+               alone, whose loss covers only the reply, left a student that repeats one action): both students
+               start from these same weights
   4. sft       TRL's SFTTrainer through harnevo.train.sft.run_sft (loss on the assistant reply only; rows
                are never cut: the longest row sets max_length, so train and evaluation see the same text)
   5. evaluate  harnevo.runtime.evaluate on official valid_unseen (--eval-games, a seeded sample, default 60;
@@ -140,6 +143,7 @@ def build_base(args, datasets: list[Path], harnesses: list[str]) -> Path:
     torch.manual_seed(args.seed)
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad, bos_token_id=pad)
+    pre = pretrain(model, tok, datasets, args) if args.pretrain_steps else {}
     from harnevo.train.common import quiet_progress
 
     with quiet_progress():
@@ -147,10 +151,54 @@ def build_base(args, datasets: list[Path], harnesses: list[str]) -> Path:
     tok.save_pretrained(out)
     n = sum(p.numel() for p in model.parameters())
     (out / "bench_base.json").write_text(json.dumps({"parameters": n, "vocab": len(tok), "hidden": args.hidden,
-                                                     "layers": args.layers, "heads": heads, "seed": args.seed}))
+                                                     "layers": args.layers, "heads": heads, "seed": args.seed,
+                                                     "pretrain": pre}))
     log(f"base: BPE vocab {len(tok)}, Qwen3 hidden {args.hidden} x {args.layers} layers, {n / 1e6:.2f} M "
         f"parameters, random init (seed {args.seed}) in {time.perf_counter() - t0:.1f} s -> {out}")
     return out
+
+
+def pretrain(model, tok, datasets: list[Path], args) -> dict:
+    """Language-model loss on every token of the collected episodes (both datasets' chats, templated and
+    concatenated), random windows of --pretrain-length tokens: the random-init model learns the game's
+    text and to copy names from its context before SFT teaches it the replies. Nothing of valid_unseen
+    is read here."""
+    import random
+
+    import torch
+
+    from harnevo.train.collect import load_dataset_dir
+
+    t0 = time.perf_counter()
+    stream: list[int] = []
+    for d in datasets:
+        for row in load_dataset_dir(d):
+            ids = tok.apply_chat_template(row["prompt"] + row["completion"], tokenize=True)
+            stream.extend(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    data = torch.tensor(stream, dtype=torch.long)
+    rng = random.Random(args.seed)
+    L, B, steps = args.pretrain_length, 8, args.pretrain_steps
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / warm) * 0.5 * (1 + __import__("math").cos(__import__("math").pi * i / steps)))
+    model.train()
+    losses = []
+    for i in range(steps):
+        starts = [rng.randrange(0, len(data) - L - 1) for _ in range(B)]
+        x = torch.stack([data[s:s + L] for s in starts])
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        losses.append(float(loss))
+        if i % max(1, steps // 10) == 0 or i == steps - 1:
+            log(f"pretrain: step {i + 1}/{steps} loss {losses[-1]:.3f}")
+    model.eval()
+    return {"steps": steps, "batch": B, "length": L, "tokens_in_stream": len(stream), "first_loss": losses[0],
+            "last_loss": sum(losses[-10:]) / len(losses[-10:]), "wall_s": time.perf_counter() - t0}
 
 
 def longest_row(datasets: list[Path], base: Path) -> int:
@@ -237,7 +285,8 @@ def table(rows: list[dict], meta: dict) -> str:
     lines = [
         f"Students: Qwen3-style, {meta['parameters'] / 1e6:.2f} M parameters (hidden {meta['hidden']}, "
         f"{meta['layers']} layers, BPE vocab {meta['vocab']}), random init, trained from scratch on CPU by SFT on "
-        f"ALFWorld's handcoded expert ({meta['collect']}). Evaluated on official ALFWorld `{EVAL_SPLIT}` "
+        f"ALFWorld's handcoded expert ({meta['collect']}); before SFT, one shared language-model pretraining on the "
+        f"same collected text ({meta['pretrain_text']}). Evaluated on official ALFWorld `{EVAL_SPLIT}` "
         f"({meta['eval_games']} games{meta['eval_sample']}), step budget {meta['max_steps']}, greedy, replies "
         f"capped at {meta['max_tokens']} tokens; alfworld {meta.get('alfworld', '?')}, textworld "
         f"{meta.get('textworld', '?')}. CI: Wilson 95% over games. `sim/random` is a simulated agent (a random "
@@ -288,8 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--context", type=int, default=4096)
-    p.add_argument("--sft-steps", type=int, default=200)
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--pretrain-steps", type=int, default=150, help="LM steps on all collected text (0: none)")
+    p.add_argument("--pretrain-length", type=int, default=512)
+    p.add_argument("--sft-steps", type=int, default=400)
+    p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--eval-games", type=int, default=60, help="a seeded sample of valid_unseen (0: all 134)")
     p.add_argument("--eval-seed", type=int, default=0)
@@ -370,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         "collect": ", ".join(f"{n}: {c[n]['rows']} rows from {c[n]['wins']}/{c[n]['episodes']} won episodes"
                              for n in students) + f" of {c['react']['games']} generated (synthetic) games, "
                              f"{args.sft_steps} steps x batch {args.batch_size}",
+        "pretrain_text": (f"{meta['pretrain']['steps']} steps x 8 x {meta['pretrain']['length']} tokens, loss "
+                          f"{meta['pretrain']['first_loss']:.2f} -> {meta['pretrain']['last_loss']:.2f}")
+        if meta.get("pretrain") else "none",
         "eval_games": rows[0]["summary"]["games"],
         "eval_sample": f", seeded sample (seed {args.eval_seed})" if args.eval_games else "",
         "max_steps": args.max_steps, "max_tokens": args.max_tokens, **engine_versions(),
