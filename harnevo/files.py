@@ -16,17 +16,20 @@ def cache_root() -> Path:
     return Path(os.environ.get("HARNEVO_CACHE", Path.home() / ".cache" / "harnevo"))
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temp file of its own (unique name, same folder) and os.replace:
-    readers see the old or the new file, and two writers never share a temp file."""
+def atomic_write(path: Path, data: str | bytes, *, mode: int | None = None) -> None:
+    """Write `data` (text as UTF-8, or bytes) to `path` through a temp file of its own (unique name, same
+    folder) and os.replace: readers see the old or the new file, and two writers never share a temp file.
+    `mode` sets the file's permissions (default: the temp file's, owner-only)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with suppress(OSError):

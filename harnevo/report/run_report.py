@@ -24,6 +24,7 @@ from typing import Any
 
 from harnevo.envs.families import FAMILIES
 from harnevo.errors import HarnevoError
+from harnevo.files import atomic_write
 from harnevo.runtime.summary import wilson_rate
 
 REPORT_DIR = "report"
@@ -61,10 +62,10 @@ def write_report(run_dir: Path, out: Path | None = None) -> dict[str, Any]:
     paths = []
     for name, png in images.items():
         path = out / f"{name}.png"
-        _atomic_bytes(path, png)
+        atomic_write(path, png, mode=0o644)
         paths.append(path)
-    _atomic_bytes(out / DATA, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False).encode("utf-8"))
-    _atomic_bytes(out / INDEX, html.run_page(data, images).encode("utf-8"))
+    atomic_write(out / DATA, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False), mode=0o644)
+    atomic_write(out / INDEX, html.run_page(data, images), mode=0o644)
     return {"index": out / INDEX, "plots": paths, "data": out / DATA, "report": data}
 
 
@@ -78,24 +79,6 @@ def print_written(result: dict[str, Any]) -> None:
     console.print(escape(f"report: {result['index']} (self-contained: opens offline); plots: "
                          f"{', '.join(p.name for p in result['plots'])}; data: {result['data'].name}"),
                   soft_wrap=True, highlight=False)
-
-
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    """Write through a temp file and os.replace (readers see the old or the new file), readable by all."""
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --- gathering ------------------------------------------------------------------------------------------------

@@ -108,7 +108,7 @@ def run_transfer(opts) -> dict[str, Any]:
                 summaries.append(run_apply(replace(opts, harness=p["harness"], model=p["model"], out=p["out"])))
             table = build_table(pairs, summaries, opts)
             atomic_write(out / TABLE, json.dumps(table, indent=2, ensure_ascii=False))
-            _write_bytes(out / PLOT, transfer_plot(table))
+            atomic_write(out / PLOT, transfer_plot(table), mode=0o644)
     except BaseException:
         if created and out.is_dir() and [q.name for q in out.iterdir()] == [".lock"]:  # refused: leave nothing
             (out / ".lock").unlink()
@@ -118,23 +118,6 @@ def run_transfer(opts) -> dict[str, Any]:
     console.print(f"transfer table: {out / TABLE}, {out / PLOT}", soft_wrap=True, highlight=False)
     table["text"] = render_text(table)
     return table
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _cell(rate: float, games: int) -> dict[str, Any]:
