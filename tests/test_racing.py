@@ -207,3 +207,29 @@ def test_costs_are_compared_on_the_same_games():
     assert bar.dominating({"tokens": 1200.0}, 12) is None  # cheaper than the member on the same 12 games
     assert bar.should_continue(12, 12, 48, {"tokens": 1200.0})
     assert bar.dominating({"tokens": 1200.0}, 24) == 1.0  # costlier on the first 24
+
+
+def _cand(success: float, tokens: float, games: int, stopped: bool) -> dict:
+    return {"success": success, "tokens_per_episode": tokens, "cost_per_episode": 0.0, "meta_per_episode": 0.0,
+            "games": games, "complete": not stopped, "stopped_early": stopped}
+
+
+@pytest.mark.parametrize("objectives", [["success", "tokens"], ["success"]])
+def test_raced_out_candidates_never_displace_fully_evaluated_ones(objectives):
+    from harnevo.evolve.config import parse_config
+    from harnevo.evolve.loop import Evolution, fitness_of
+
+    cfg = parse_config({"model": "sim/bounded", "population": 4, "objectives": objectives})
+    evo = Evolution(cfg, store=None, evaluator=None, seeds=[])
+    evo.stats = {"full_a": _cand(1.0, 9000, 48, False), "full_b": _cand(0.96, 8000, 48, False),
+                 "full_c": _cand(0.9, 7000, 48, False), "full_d": _cand(0.85, 7500, 48, False),
+                 # a minibatch that failed cheaply, and one that looked perfect on its 12 games
+                 "out_cheap": _cand(0.42, 3000, 12, True), "out_lucky": _cand(1.0, 8500, 12, True)}
+    ids = sorted(evo.stats)
+    # without the rule the toolbox would keep a raced-out candidate in place of a full evaluation
+    plain = evo.toolbox.select_survivors(ids, {b: fitness_of(evo.stats[b], objectives) for b in ids}, 4)
+    assert {"out_cheap", "out_lucky"} & set(plain)
+    assert sorted(evo._select(ids)) == ["full_a", "full_b", "full_c", "full_d"]
+    evo.cfg = parse_config({"model": "sim/bounded", "population": 5, "objectives": objectives})
+    kept = evo._select(ids)
+    assert len(kept) == 5 and set(kept) >= {"full_a", "full_b", "full_c", "full_d"}

@@ -4,8 +4,9 @@ Generation 0: the seeds, evaluated on every game, then mutants of the seeds (rac
 is full. Each later generation: offspring by crossover and mutation (DEAP toolbox, one `random.Random`
 from the run's seed), evaluated together (racing against the front at the start of the generation), then
 selection (NSGA-II over the objectives, or tournament with elitism for `success` alone) over parents and
-offspring. After every generation the population, the front, the statistics and the RNG state are saved
-in the store in one transaction; every episode was committed as it finished.
+offspring, fully evaluated candidates ranked before raced-out ones (`Evolution._select`). After every
+generation the population, the front, the statistics and the RNG state are saved in the store in one
+transaction; every episode was committed as it finished.
 
 Resume: the last saved generation gives the population and the RNG state; the next generation's
 offspring are derived again from them (so they are the same children), their episodes already in the
@@ -176,8 +177,20 @@ class Evolution:
         return out
 
     def _select(self, ids: list[str]) -> list[str]:
+        """Survivors: those evaluated on every game first (the toolbox's selection among them), then, while
+        places are left, raced-out candidates (the same selection among themselves). Racing stopped those
+        because they could not join the front; their statistics cover the first games of the race order
+        only, so comparing them with full evaluations would let a cheap, failing minibatch look like a
+        trade-off and fill the population with harnesses that already lost."""
         fitness = {b: fitness_of(self.stats[b], self.cfg.objectives) for b in ids}
-        return self.toolbox.select_survivors(ids, fitness, self.cfg.population)
+        raced_out = [b for b in ids if self.stats[b].get("stopped_early")]
+        full = [b for b in ids if b not in set(raced_out)]
+        survivors: list[str] = []
+        for group in (full, raced_out):
+            k = min(self.cfg.population - len(survivors), len(group))
+            if k > 0:
+                survivors += list(self.toolbox.select_survivors(group, fitness, k))
+        return survivors
 
     def _should_stop(self, gen: int) -> bool:
         knob, limit = self.cfg.budget_knob
