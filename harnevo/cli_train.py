@@ -60,6 +60,8 @@ def collect(
     workers: Optional[int] = typer.Option(None, help="engine worker processes"),
     api_base: Optional[str] = typer.Option(None, help="base URL of an OpenAI-compatible teacher server"),
     keep_failed: Optional[bool] = typer.Option(None, "--keep-failed/--wins-only", help="keep rows of lost episodes"),
+    perturb: Optional[float] = typer.Option(None, help="expert only: chance per turn of a random admissible "
+                                            "'go to' (no row for that turn; the expert recovers)"),
     config: Optional[Path] = _CONFIG,
 ) -> None:
     """Play games with a teacher under a harness; write the successful turns as a chat dataset."""
@@ -69,7 +71,8 @@ def collect(
     cfg = _load("CollectConfig", config, dict(harness=harness, teacher=teacher, out=out, split=split, data=data,
                                               games=games, generate=generate, families=families, seed=seed,
                                               samples=samples, max_steps=max_steps, concurrency=concurrency,
-                                              workers=workers, api_base=api_base, keep_failed=keep_failed))
+                                              workers=workers, api_base=api_base, keep_failed=keep_failed,
+                                              perturb=perturb))
     s = run_collect(cfg, log=typer.echo)
     _echo_summary(s, ("success_rate", "rows", "tokens", "dataset"))
 

@@ -27,6 +27,8 @@ def test_unknown_key_in_a_file_or_a_flag_is_an_error(tmp_path):
     (GRPOConfig, dict(init="i", harness="h", out="o", num_generations=1), "'num_generations'"),
     (CollectConfig, dict(harness="h", out="o", split="train", generate=5), "either split"),
     (DistillConfig, dict(harness="h", supervisor="s", student="t", out="o", games=0), "'games'"),
+    (CollectConfig, dict(harness="h", out="o", teacher="sim/bounded", perturb=0.2), "expert teacher only"),
+    (CollectConfig, dict(harness="h", out="o", perturb=1.0), "'perturb'"),
 ])
 def test_bad_values_give_one_line(cls, values, match):
     with pytest.raises(HarnevoError, match=match) as e:

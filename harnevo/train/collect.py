@@ -14,6 +14,12 @@ the first turn when the harness keeps Experience, and `commit <action>` right af
 changed the world (take, move, heat, cool, clean, use, answered by anything but "Nothing happens.") when
 it keeps Progress. Nothing else: the expert never spends steps on `track` or `note`.
 
+Perturbation (`perturb`, expert only, default 0): with this probability per turn the expert's action is
+replaced by a random admissible `go to ...` (from a `random.Random` seeded by game and sample, so a re-run
+plays the same episode); the expert plans again from wherever that led, and the perturbed turn gives no row.
+The data then shows the expert recovering from places its own plan would not have visited, which a student
+that errs needs (DART, Laskey et al. 2017); with `samples` > 1 each sample is perturbed differently.
+
 Rows (one per turn of a kept episode): `prompt` (the messages the policy received), `completion` (one
 assistant message: the reply in the harness's format with the action the engine *executed*, or the
 meta-action; never a reply the guard rewrote, and no row for an invalid or rejected reply), and `game`,
@@ -43,12 +49,17 @@ _CHANGES_WORLD = ("take", "move", "heat", "cool", "clean", "use", "put", "slice"
 
 
 class ExpertTeacher:
-    """Acts on the engine's Observation (the handcoded expert's plan), never on the messages."""
+    """Acts on the engine's Observation (the handcoded expert's plan), never on the messages; with
+    `perturb` > 0 some turns take a random admissible `go to` instead (module docstring)."""
 
-    def __init__(self, harness):
+    def __init__(self, harness, perturb: float = 0.0, seed: str = ""):
+        import random
+
         self.harness = harness
         self.inline = harness.mode == "inline"
         self.name = "expert"
+        self.perturb, self.rng = perturb, random.Random(seed)
+        self.perturbed: set[int] = set()  # turn indices whose action was not the expert's
 
     def reply(self, prompt, session) -> str:
         h, traj = self.harness, session.trajectory
@@ -57,7 +68,14 @@ class ExpertTeacher:
             if meta:
                 return format_reply(h, meta)
         plan = list(getattr(prompt.observation, "expert_plan", None) or [])
-        return format_reply(h, plan[0] if plan else "look")
+        action = plan[0] if plan else "look"
+        if self.perturb > 0 and self.rng.random() < self.perturb:
+            moves = sorted(a for a in getattr(prompt.observation, "admissible", None) or []
+                           if a.startswith("go to ") and a != action)
+            if moves:
+                self.perturbed.add(len(traj.turns))
+                return format_reply(h, self.rng.choice(moves))
+        return format_reply(h, action)
 
     def _meta(self, prompt, traj) -> str | None:
         mem = self.harness.memory
@@ -71,10 +89,13 @@ class ExpertTeacher:
         return None
 
 
-def rows_of(traj, harness, teacher: str) -> list[dict[str, Any]]:
-    """The SFT rows of one trajectory: one per turn that executed an action or a meta-action."""
+def rows_of(traj, harness, teacher: str, skip: set[int] = frozenset()) -> list[dict[str, Any]]:
+    """The SFT rows of one trajectory: one per turn that executed an action or a meta-action, except the
+    turns in `skip` (perturbed ones: not the teacher's choice)."""
     rows = []
     for i, t in enumerate(traj.turns):
+        if i in skip:
+            continue
         if t.executed:
             action = t.executed
         elif t.meta:
@@ -127,7 +148,8 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     cfg.out.mkdir(parents=True, exist_ok=True)
     games, source = resolve_stage_games(cfg, cfg.out, log=log)
     inputs = {"harness_id": harness.id, "harness": cfg.harness, "teacher": cfg.teacher, "samples": cfg.samples,
-              "games": [g.name for g in games], "split": games[0].split, "keep_failed": cfg.keep_failed}
+              "games": [g.name for g in games], "split": games[0].split, "keep_failed": cfg.keep_failed,
+              **({"perturb": cfg.perturb} if cfg.perturb else {})}
     check_same_inputs(cfg.out, "collect", inputs)
     write_manifest(cfg.out, "collect", inputs=inputs, data_source=source, complete=False)
     (cfg.out / "harness.yaml").write_text(harness.to_yaml(), encoding="utf-8")
@@ -169,7 +191,7 @@ async def _play(cfg: CollectConfig, harness, bank, todo, episodes: EpisodeLog) -
             session = EpisodeSession(program, pool, model_name=cfg.teacher,
                                      simulated=bool(model is not None and model.simulated), sample=sample,
                                      bank=snapshot)
-            teacher = ExpertTeacher(harness) if expert else None
+            teacher = ExpertTeacher(harness, cfg.perturb, seed=f"{cfg.seed}/{_key(game, sample)}") if expert else None
             try:
                 prompt = await session.reset(game)
                 while prompt is not None:
@@ -189,7 +211,10 @@ async def _play(cfg: CollectConfig, harness, bank, todo, episodes: EpisodeLog) -
             keep = traj.ok and (traj.success or cfg.keep_failed)
             episodes.append({"key": _key(game, sample), "game": game.name, "sample": sample, "status": traj.status,
                              "success": traj.success, "reason": traj.reason, "steps": traj.steps,
-                             "meta_actions": traj.meta_actions, "rows": rows_of(traj, harness, cfg.teacher)
+                             "meta_actions": traj.meta_actions,
+                             "perturbed": len(teacher.perturbed) if teacher is not None else 0,
+                             "rows": rows_of(traj, harness, cfg.teacher,
+                                             teacher.perturbed if teacher is not None else frozenset())
                              if keep else []})
 
     try:
@@ -235,6 +260,7 @@ def finish_dataset(cfg, harness, games, source, inputs, episodes: EpisodeLog, lo
         "rows": len(rows), "tokens": sum(approx_row_tokens(r) for r in rows),
         "tokens_method": "approximate: 4 characters a token",
         "meta_action_rows": sum(1 for r in rows if _is_meta(r["completion"][0]["content"])),
+        "perturbed_turns": sum(int(r.get("perturbed", 0)) for r in finished),
         "dataset": str(final),
     }
     write_manifest(cfg.out, "collect", inputs=inputs, complete=not infra, **summary)

@@ -57,6 +57,14 @@ class CollectConfig(GamesConfig):
     workers: int | None = Field(None, ge=1, description="engine worker processes (default: one per core)")
     api_base: str | None = Field(None, description="base URL of an OpenAI-compatible teacher server")
     keep_failed: bool = Field(False, description="also keep rows of lost episodes (default: wins only)")
+    perturb: float = Field(0.0, ge=0.0, lt=1.0, description="expert only: chance per turn of a random admissible "
+                                                            "'go to' instead of the plan (that turn gives no row)")
+
+    @model_validator(mode="after")
+    def _perturb_needs_expert(self) -> "CollectConfig":
+        if self.perturb and self.teacher != "expert":
+            raise ValueError("perturb applies to the expert teacher only")
+        return self
 
 
 SFTProfile = Literal["qwen3-8b", "tiny"]
