@@ -8,7 +8,9 @@ What it does (every stage through harnevo's own API; each writes under --out and
                written once under OUT/games and reused; --games-dir reuses another folder of them)
   2. collect   ALFWorld's handcoded expert plays them under (a) `react` and (b) --bpe-harness (default the
                seed `bpe_always_on`; `RUN_DIR:best` takes an evolution run's best), step budget
-               --max-steps (harnevo.train.collect.run_collect; won episodes only, one row per turn)
+               --max-steps, --samples episodes per game, each turn perturbed with chance --perturb (a random
+               admissible 'go to'; the expert recovers and that turn gives no row: DART), through
+               harnevo.train.collect.run_collect (won episodes only, one row per turn)
   3. tokenizer a byte-level BPE (--vocab) trained on the text of both datasets and the three harnesses'
                templates, with the ChatML template of harnevo.models.tiny; one random-init Qwen3-style model
                (--hidden, --layers; a fixed seed) built from it and pretrained from scratch with a language-model
@@ -17,8 +19,8 @@ What it does (every stage through harnevo's own API; each writes under --out and
                start from these same weights
   4. sft       TRL's SFTTrainer through harnevo.train.sft.run_sft (loss on the assistant reply only; rows
                are never cut: the longest row sets max_length, so train and evaluation see the same text)
-  5. evaluate  harnevo.runtime.evaluate on official valid_unseen (--eval-games, a seeded sample, default 60;
-               0: all 134) at --max-steps, greedy decoding (the harnesses' temperature 0): each student under the
+  5. evaluate  harnevo.runtime.evaluate on official valid_unseen (--eval-games, a seeded sample; default 0:
+               all 134) at --max-steps, greedy decoding (the harnesses' temperature 0): each student under the
                harness it was trained with and under `minimal`, and `sim/random` under each of the three
   Stages 2, 4 and 5 run as two processes (one per student; a 2-core machine), each with one engine worker.
 
@@ -85,13 +87,15 @@ def ensure_games(args) -> Path:
 
 # ------------------------------------------------------------------ 2. collect (one process per harness)
 
-def collect_job(harness: str, games_root: str, out: str, n_games: int | None, max_steps: int) -> dict:
+def collect_job(harness: str, games_root: str, out: str, n_games: int | None, max_steps: int, samples: int,
+                perturb: float) -> dict:
     one_thread()
     from harnevo.train.collect import run_collect
     from harnevo.train.config import CollectConfig
 
     cfg = CollectConfig(harness=harness, teacher="expert", split=GEN_SPLIT, data=Path(games_root),
-                        games=n_games, out=Path(out), max_steps=max_steps, workers=1, concurrency=2)
+                        games=n_games, out=Path(out), max_steps=max_steps, workers=1, concurrency=2,
+                        samples=samples, perturb=perturb)
     t0 = time.perf_counter()
     summary = run_collect(cfg, log=lambda m: log(f"[{Path(out).name}] {m}"))
     summary["wall_s"] = time.perf_counter() - t0
@@ -333,16 +337,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--games-dir", default=None, help="reuse generated games from this folder")
     p.add_argument("--max-steps", type=int, default=30, help="step budget of collection and evaluation")
     p.add_argument("--max-tokens", type=int, default=64, help="reply length cap at evaluation")
+    p.add_argument("--samples", type=int, default=3, help="expert episodes per generated game")
+    p.add_argument("--perturb", type=float, default=0.25,
+                   help="chance per turn of a random 'go to' in collection (DART; that turn gives no row)")
     p.add_argument("--vocab", type=int, default=2048)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--context", type=int, default=4096)
-    p.add_argument("--pretrain-steps", type=int, default=150, help="LM steps on all collected text (0: none)")
+    p.add_argument("--pretrain-steps", type=int, default=600, help="LM steps on all collected text (0: none)")
     p.add_argument("--pretrain-length", type=int, default=512)
-    p.add_argument("--sft-steps", type=int, default=400)
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--sft-steps", type=int, default=1500)
+    p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--eval-games", type=int, default=60, help="a seeded sample of valid_unseen (0: all 134)")
+    p.add_argument("--eval-games", type=int, default=0, help="a seeded sample of valid_unseen (0: all 134)")
     p.add_argument("--eval-seed", type=int, default=0)
     p.add_argument("--concurrency", type=int, default=2, help="episodes in flight per evaluation")
     p.add_argument("--workers", type=int, default=2, help="processes for game generation")
@@ -369,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     dirs = {name: args.out / f"collect_{name}" for name in students}
     with ProcessPoolExecutor(2, mp_context=ctx) as ex:
-        futs = {name: ex.submit(collect_job, ref, str(games_root), str(dirs[name]), None, args.max_steps)
+        futs = {name: ex.submit(collect_job, ref, str(games_root), str(dirs[name]), None, args.max_steps,
+                                   args.samples, args.perturb)
                 for name, ref in students.items()}
         collected = {name: f.result() for name, f in futs.items()}
     walls["collect"] = time.perf_counter() - t
@@ -419,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     c = collected
     meta.update({
         "collect": ", ".join(f"{n}: {c[n]['rows']} rows from {c[n]['wins']}/{c[n]['episodes']} won episodes"
-                             for n in students) + f" of {c['react']['games']} generated (synthetic) games, "
+                             for n in students) + f" of {c['react']['games']} generated (synthetic) games x "
+                             f"{args.samples} samples, perturbation {args.perturb} (random 'go to' turns, no row), "
                              f"{args.sft_steps} steps x batch {args.batch_size}",
         "pretrain_text": (f"{meta['pretrain']['steps']} steps x 8 x {meta['pretrain']['length']} tokens, loss "
                           f"{meta['pretrain']['first_loss']:.2f} -> {meta['pretrain']['last_loss']:.2f}")

@@ -69,26 +69,17 @@ def resume(run_dir: Path) -> dict[str, Any]:
     return run_evolve(cfg, run_dir)
 
 
-async def _run(cfg: EvolveConfig, run_dir: Path) -> dict[str, Any]:
-    from harnevo.envs.alfworld import engine_versions
-    from harnevo.envs.games import parse_families, resolve_games
-    from harnevo.envs.pool import EnginePool
-    from harnevo.evolve.candidates import CandidateEvaluator
-    from harnevo.evolve.loop import Evolution
-    from harnevo.evolve.racing import race_order
-    from harnevo.harness.genome import normalize
-    from harnevo.harness.spec import load_harness
-    from harnevo.models import get_model
-    from harnevo.population.store import Store
-    from harnevo.report.evolve_view import EvolveView
 
-    seeds = [normalize(load_harness(s)) for s in cfg.seeds]
-    if cfg.max_steps is not None:
-        seeds = [normalize(h.evolve(budget={"max_steps": cfg.max_steps})) for h in seeds]
+def games_and_model(cfg) -> tuple[str, list, str, Any]:
+    """What a search run (evolve or tune) plays: its split, the games in race order, where they came from,
+    and the model (with the reply cache when asked, never for simulated agents)."""
+    from harnevo.envs.games import parse_families, resolve_games
+    from harnevo.evolve.racing import race_order
+    from harnevo.models import get_model
+
     split = cfg.split or default_split(cfg.data)
     games, source = resolve_games(split, data=cfg.data, families=parse_families(cfg.families), n=cfg.games,
                                   seed=cfg.seed)
-    order = race_order(games, cfg.seed)
     cache = None
     if cfg.cache is not None and not cfg.model.startswith("sim/"):
         from harnevo.models.cache import ReplyCache
@@ -97,6 +88,22 @@ async def _run(cfg: EvolveConfig, run_dir: Path) -> dict[str, Any]:
         cache = ReplyCache(default_cache_path() if cfg.cache == "default" else Path(cfg.cache))
     model = get_model(cfg.model, api_base=cfg.api_base, timeout_s=cfg.timeout_s, price=cfg.price, cache=cache,
                       cache_tag=cfg.cache_tag)
+    return split, race_order(games, cfg.seed), source, model
+
+async def _run(cfg: EvolveConfig, run_dir: Path) -> dict[str, Any]:
+    from harnevo.envs.alfworld import engine_versions
+    from harnevo.envs.pool import EnginePool
+    from harnevo.evolve.candidates import CandidateEvaluator
+    from harnevo.evolve.loop import Evolution
+    from harnevo.harness.genome import normalize
+    from harnevo.harness.spec import load_harness
+    from harnevo.population.store import Store
+    from harnevo.report.evolve_view import EvolveView
+
+    seeds = [normalize(load_harness(s)) for s in cfg.seeds]
+    if cfg.max_steps is not None:
+        seeds = [normalize(h.evolve(budget={"max_steps": cfg.max_steps})) for h in seeds]
+    split, order, source, model = games_and_model(cfg)
     mutator_model, template = _mutator_model(cfg) if cfg.mutator_model else (None, None)
     import harnevo
 

@@ -296,32 +296,18 @@ async def _run(cfg: TuneConfig, run_dir: Path, echo) -> dict[str, Any]:
 
     import harnevo
     from harnevo.envs.alfworld import engine_versions
-    from harnevo.envs.games import parse_families, resolve_games
     from harnevo.envs.pool import EnginePool
     from harnevo.evolve.candidates import COST_KEYS, Bar, CandidateEvaluator
-    from harnevo.evolve.racing import race_order
-    from harnevo.evolve.run import default_split
+    from harnevo.evolve.run import games_and_model
     from harnevo.harness.genome import normalize
     from harnevo.harness.spec import load_harness
-    from harnevo.models import get_model
     from harnevo.population.store import Store
 
     base = normalize(load_harness(cfg.harness))
     if cfg.max_steps is not None and base.budget.max_steps > cfg.max_steps:
         base = normalize(base.evolve(budget={"max_steps": cfg.max_steps}))
     space = search_space(base, cfg.max_steps)
-    split = cfg.split or default_split(cfg.data)
-    games, source = resolve_games(split, data=cfg.data, families=parse_families(cfg.families), n=cfg.games,
-                                  seed=cfg.seed)
-    order = race_order(games, cfg.seed)
-    cache = None
-    if cfg.cache is not None and not cfg.model.startswith("sim/"):
-        from harnevo.models.cache import ReplyCache
-        from harnevo.runtime.apply import default_cache_path
-
-        cache = ReplyCache(default_cache_path() if cfg.cache == "default" else Path(cfg.cache))
-    model = get_model(cfg.model, api_base=cfg.api_base, timeout_s=cfg.timeout_s, price=cfg.price, cache=cache,
-                      cache_tag=cfg.cache_tag)
+    split, order, source, model = games_and_model(cfg)
     versions = {"harnevo": harnevo.__version__, **engine_versions(), "model": model.name,
                 "simulated": model.simulated, "data_source": source, "split": split,
                 "optuna": optuna.__version__}

@@ -170,6 +170,7 @@ def _key(game, sample: int) -> str:
 async def _play(cfg: CollectConfig, harness, bank, todo, episodes: EpisodeLog) -> None:
     from harnevo.envs.pool import EnginePool
     from harnevo.harness.experience import ExperienceBank
+    from harnevo.runtime.episode import model_policy, play
     from harnevo.runtime.session import EpisodeSession, HarnessProgram
 
     program = HarnessProgram(harness)
@@ -182,8 +183,6 @@ async def _play(cfg: CollectConfig, harness, bank, todo, episodes: EpisodeLog) -
     sem = asyncio.Semaphore(cfg.concurrency)
 
     async def one(game, sample, pool) -> None:
-        from harnevo.errors import ModelCallError
-
         async with sem:
             snapshot = None
             if harness.memory.experience:  # read-only: the run's bank (or an empty one), never written here
@@ -192,22 +191,12 @@ async def _play(cfg: CollectConfig, harness, bank, todo, episodes: EpisodeLog) -
                                      simulated=bool(model is not None and model.simulated), sample=sample,
                                      bank=snapshot)
             teacher = ExpertTeacher(harness, cfg.perturb, seed=f"{cfg.seed}/{_key(game, sample)}") if expert else None
-            try:
-                prompt = await session.reset(game)
-                while prompt is not None:
-                    if teacher is not None:
-                        reply: Any = teacher.reply(prompt, session)
-                    else:
-                        try:
-                            reply = await model.complete(prompt.messages, temperature=prompt.temperature,
-                                                         max_tokens=prompt.max_tokens, sample=sample)
-                        except ModelCallError as e:
-                            session.fail_infra(f"model call failed: {e}")
-                            break
-                    prompt = await session.step(reply)
-            finally:
-                await session.close()
-            traj = session.trajectory
+            if teacher is not None:
+                async def policy(prompt, teacher=teacher, session=session):
+                    return teacher.reply(prompt, session)
+            else:
+                policy = model_policy(model, session, sample)
+            traj = await play(session, game, policy)
             keep = traj.ok and (traj.success or cfg.keep_failed)
             episodes.append({"key": _key(game, sample), "game": game.name, "sample": sample, "status": traj.status,
                              "success": traj.success, "reason": traj.reason, "steps": traj.steps,

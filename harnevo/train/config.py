@@ -118,7 +118,7 @@ class SFTConfig(_TrainCommon):
     base: str = Field(..., description="base model: a local checkpoint dir, a hub id, or a .gguf file")
     profile: SFTProfile = Field("qwen3-8b", description="defaults for the fields not given (qwen3-8b or tiny)")
     epochs: float = Field(4.0, gt=0.0, description="passes over the dataset (max_steps overrides)")
-    max_length: int = Field(4096, ge=16, description="longest row in tokens (longer rows are truncated)")
+    max_length: int = Field(4096, ge=16, description="longest row in tokens (longer rows are dropped, never cut)")
 
     @classmethod
     def from_profile(cls, profile: str = "qwen3-8b", **values: Any) -> "SFTConfig":

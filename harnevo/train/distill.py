@@ -123,31 +123,29 @@ async def play_supervised(program, student, pool, game, sup: HarnessSupervisor |
     """One episode of `student` under `program`, reviewed by `sup` (None: the student alone). Returns the
     trajectory and the student's own reply of every turn."""
     from harnevo.models.base import Reply
+    from harnevo.runtime.episode import model_policy, play
     from harnevo.runtime.session import EpisodeSession
 
     session = EpisodeSession(program, pool, model_name=student.name, simulated=student.simulated, supervisor=sup)
     own: list[str] = []
-    try:
-        prompt = await session.reset(game)
-        while prompt is not None:
+    ask = model_policy(student, session)
+
+    async def policy(prompt):
+        reply = await ask(prompt)
+        if reply is None:
+            return None
+        own.append(reply.text)
+        if sup is not None and program.parse(reply.text).error:
             try:
-                reply = await student.complete(prompt.messages, temperature=prompt.temperature,
-                                               max_tokens=prompt.max_tokens)
+                choice = await sup.choose(prompt)
             except ModelCallError as e:
-                session.fail_infra(f"model call failed: {e}")
-                break
-            own.append(reply.text)
-            if sup is not None and program.parse(reply.text).error:
-                try:
-                    choice = await sup.choose(prompt)
-                except ModelCallError as e:
-                    session.fail_infra(f"model call failed: supervisor: {e}")
-                    break
-                reply = Reply(text=format_reply(program.harness, choice), usage=reply.usage,
-                              latency_s=reply.latency_s, finish_reason=reply.finish_reason)
-            prompt = await session.step(reply)
-    finally:
-        await session.close()
+                session.fail_infra(f"model call failed: supervisor: {e}")
+                return None
+            reply = Reply(text=format_reply(program.harness, choice), usage=reply.usage,
+                          latency_s=reply.latency_s, finish_reason=reply.finish_reason)
+        return reply
+
+    await play(session, game, policy)
     return session.trajectory, own
 
 
