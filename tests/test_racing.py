@@ -215,7 +215,7 @@ def _cand(success: float, tokens: float, games: int, stopped: bool) -> dict:
 
 
 @pytest.mark.parametrize("objectives", [["success", "tokens"], ["success"]])
-def test_raced_out_candidates_never_displace_fully_evaluated_ones(objectives):
+def test_raced_out_candidates_do_not_survive(objectives):
     from harnevo.evolve.config import parse_config
     from harnevo.evolve.loop import Evolution, fitness_of
 
@@ -230,6 +230,9 @@ def test_raced_out_candidates_never_displace_fully_evaluated_ones(objectives):
     plain = evo.toolbox.select_survivors(ids, {b: fitness_of(evo.stats[b], objectives) for b in ids}, 4)
     assert {"out_cheap", "out_lucky"} & set(plain)
     assert sorted(evo._select(ids)) == ["full_a", "full_b", "full_c", "full_d"]
-    evo.cfg = parse_config({"model": "sim/bounded", "population": 5, "objectives": objectives})
-    kept = evo._select(ids)
-    assert len(kept) == 5 and set(kept) >= {"full_a", "full_b", "full_c", "full_d"}
+    evo.cfg = parse_config({"model": "sim/bounded", "population": 6, "objectives": objectives})
+    assert sorted(evo._select(ids)) == ["full_a", "full_b", "full_c", "full_d"]  # places left stay empty
+    evo.cfg = parse_config({"model": "sim/bounded", "population": 4, "objectives": objectives})
+    evo.stats["full_e"] = _cand(0.5, 9500, 48, False)  # more full evaluations than places: the worst goes
+    kept = evo._select(sorted(evo.stats))
+    assert sorted(kept) == ["full_a", "full_b", "full_c", "full_d"]

@@ -4,9 +4,9 @@ Generation 0: the seeds, evaluated on every game, then mutants of the seeds (rac
 is full. Each later generation: offspring by crossover and mutation (DEAP toolbox, one `random.Random`
 from the run's seed), evaluated together (racing against the front at the start of the generation), then
 selection (NSGA-II over the objectives, or tournament with elitism for `success` alone) over parents and
-offspring, fully evaluated candidates ranked before raced-out ones (`Evolution._select`). After every
-generation the population, the front, the statistics and the RNG state are saved in the store in one
-transaction; every episode was committed as it finished.
+offspring, raced-out candidates excluded (`Evolution._select`). After every generation the population,
+the front, the statistics and the RNG state are saved in the store in one transaction; every episode was
+committed as it finished.
 
 Resume: the last saved generation gives the population and the RNG state; the next generation's
 offspring are derived again from them (so they are the same children), their episodes already in the
@@ -177,20 +177,15 @@ class Evolution:
         return out
 
     def _select(self, ids: list[str]) -> list[str]:
-        """Survivors: those evaluated on every game first (the toolbox's selection among them), then, while
-        places are left, raced-out candidates (the same selection among themselves). Racing stopped those
-        because they could not join the front; their statistics cover the first games of the race order
-        only, so comparing them with full evaluations would let a cheap, failing minibatch look like a
-        trade-off and fill the population with harnesses that already lost."""
+        """Survivors: the toolbox's selection among the candidates evaluated on every game; raced-out ones
+        do not survive (as in irace, where eliminated configurations are dropped and new ones are sampled
+        around the elites), so the population may hold fewer than `population` harnesses while few have
+        been promoted. Racing stopped those because they could not join the front, and their statistics
+        cover the first games of the race order only: ranked beside full evaluations, a cheap failing
+        minibatch looks like a trade-off, and as parents they breed from harnesses that already lost."""
         fitness = {b: fitness_of(self.stats[b], self.cfg.objectives) for b in ids}
-        raced_out = [b for b in ids if self.stats[b].get("stopped_early")]
-        full = [b for b in ids if b not in set(raced_out)]
-        survivors: list[str] = []
-        for group in (full, raced_out):
-            k = min(self.cfg.population - len(survivors), len(group))
-            if k > 0:
-                survivors += list(self.toolbox.select_survivors(group, fitness, k))
-        return survivors
+        full = [b for b in ids if not self.stats[b].get("stopped_early")] or ids
+        return list(self.toolbox.select_survivors(full, fitness, min(self.cfg.population, len(full))))
 
     def _should_stop(self, gen: int) -> bool:
         knob, limit = self.cfg.budget_knob
