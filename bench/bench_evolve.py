@@ -10,6 +10,7 @@ Runs (each in its own folder under --out, resumable):
   B  the same with --no-racing
   C  --search random with A's episode budget
   D  seeds react alone x --weak-model (a weaker simulated agent), racing on
+  E  --search random from react alone x --weak-model with D's episode budget (where success does not saturate)
 Then every front member of A and the seeds are played on the held-out split (frozen banks learned on the
 train games), and the best harness of A, B, C, D against their seeds. Every number names the model, the
 games, n and its CI; sim/... models are simulated agents written to read the panels a harness renders."""
@@ -105,13 +106,16 @@ def main() -> None:
                            episodes=runs["A"]["episodes_in_store"])
     if "D" not in skip:
         runs["D"] = evolve("D_react_weak", args, seeds="react", model=args.weak_model)
+    if "E" not in skip and "D" in runs:
+        runs["E"] = evolve("E_random_weak", args, seeds="react", model=args.weak_model, search="random",
+                           generations=None, episodes=runs["D"]["episodes_in_store"])
 
     print(f"\n## Evolution runs ({args.games} {args.split} games, population {args.population}, seed {args.seed})\n")
     print("| run | model | search | wall s | episodes played | episodes/s | saved by racing | store ms / episode "
           "| store share of episode time | best (train) |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
     labels = {"A": "evolve, racing", "B": "evolve, no racing", "C": "random search (A's episodes)",
-              "D": "evolve from react, racing"}
+              "D": "evolve from react, racing", "E": "random search from react (D's episodes)"}
     for k, s in runs.items():
         best = next(r for r in s["front"] if r["behaviour_id"] == s["best"])
         share = s["store_seconds_per_episode"] / max(1e-9, s["episode_seconds_mean"])
@@ -126,7 +130,7 @@ def main() -> None:
 
     seeds = {h: normalize(load_harness(h)).behaviour_id for h in ("react", "bpe_always_on", "bpe_inline")}
     run_dirs = {"A": args.out / "A_racing", "B": args.out / "B_no_racing", "C": args.out / "C_random",
-                "D": args.out / "D_react_weak"}
+                "D": args.out / "D_react_weak", "E": args.out / "E_random_weak"}
     members = {"A": list(dict.fromkeys([r["behaviour_id"] for r in runs["A"]["front"]] + list(seeds.values())))}
     for k in ("B", "C"):
         if k in runs:
@@ -153,7 +157,8 @@ def main() -> None:
 
     if "D" in runs:
         react_id = seeds["react"]
-        hd = asyncio.run(held_out(run_dirs, {"D": [react_id, runs["D"]["best"]]}, args, args.weak_model))
+        weak = {"D": [react_id, runs["D"]["best"]], **({"E": [runs["E"]["best"]]} if "E" in runs else {})}
+        hd = asyncio.run(held_out(run_dirs, weak, args, args.weak_model))
         r, b = hd["results"][("D", react_id)], hd["results"][("D", runs["D"]["best"])]
         store = Store.open(run_dirs["D"])
         genes = changed_genes(store.harness(react_id), store.harness(runs["D"]["best"]))
@@ -163,6 +168,10 @@ def main() -> None:
         print(f"react {fmt(r)}; evolved best `{runs['D']['best']}` {fmt(b)}; difference "
               f"{100 * (b['success_rate'] - r['success_rate']):+.1f} points (sum of the CI half-widths "
               f"{100 * half:.1f})")
+        if "E" in runs:
+            e = hd["results"][("E", runs["E"]["best"])]
+            print(f"random search's best with the same episodes `{runs['E']['best']}` {fmt(e)}, "
+                  f"{e['tokens_per_episode']:.0f} tokens/episode (evolved best: {b['tokens_per_episode']:.0f})")
         print("genes it changed: " + "; ".join(f"{g}: {v[0]!r} -> {v[1]!r}" for g, v in genes.items()))
     (args.out / "bench_evolve.json").write_text(json.dumps({k: v for k, v in runs.items()}, indent=1, default=str))
 
