@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=4096)
     p.add_argument("--pretrain-steps", type=int, default=600, help="LM steps on all collected text (0: none)")
     p.add_argument("--pretrain-length", type=int, default=512)
-    p.add_argument("--sft-steps", type=int, default=1500)
+    p.add_argument("--sft-steps", type=int, default=300)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--eval-games", type=int, default=0, help="a seeded sample of valid_unseen (0: all 134)")
