@@ -69,7 +69,6 @@ def resume(run_dir: Path) -> dict[str, Any]:
     return run_evolve(cfg, run_dir)
 
 
-
 def games_and_model(cfg) -> tuple[str, list, str, Any]:
     """What a search run (evolve or tune) plays: its split, the games in race order, where they came from,
     and the model (with the reply cache when asked, never for simulated agents)."""
@@ -89,6 +88,7 @@ def games_and_model(cfg) -> tuple[str, list, str, Any]:
     model = get_model(cfg.model, api_base=cfg.api_base, timeout_s=cfg.timeout_s, price=cfg.price, cache=cache,
                       cache_tag=cfg.cache_tag)
     return split, race_order(games, cfg.seed), source, model
+
 
 async def _run(cfg: EvolveConfig, run_dir: Path) -> dict[str, Any]:
     from harnevo.envs.alfworld import engine_versions

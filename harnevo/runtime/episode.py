@@ -1,8 +1,9 @@
 """One episode with a `Model`: a thin driver of the step-wise `EpisodeSession` (runtime/session.py).
 
 The session owns the harness (render, parse, guard, workspace, engine); this driver only asks a policy
-for each reply (`play`: any policy, e.g. collection's expert teacher; `run_episode`: a Model). A model that cannot be reached after its retries makes the episode an `infra_error`
-(not a result); `BudgetExhausted` propagates so the evaluator can abandon the episode unrecorded."""
+for each reply (`play`: any policy, e.g. collection's expert teacher; `run_episode`: a Model). A model
+that cannot be reached after its retries makes the episode an `infra_error` (not a result);
+`BudgetExhausted` propagates so the evaluator can abandon the episode unrecorded."""
 
 from __future__ import annotations
 
