@@ -6,11 +6,16 @@
 What it does (every stage through harnevo's own API; each writes under --out and a re-run resumes it):
   1. games     --games new ALFWorld games from harnevo's generator (harnevo.envs.generate; synthetic,
                written once under OUT/games and reused; --games-dir reuses another folder of them)
-  2. collect   ALFWorld's handcoded expert plays them under (a) `react` and (b) --bpe-harness (default the
-               seed `bpe_always_on`; `RUN_DIR:best` takes an evolution run's best), step budget
-               --max-steps, --samples episodes per game, each turn perturbed with chance --perturb (a random
-               admissible 'go to'; the expert recovers and that turn gives no row: DART), through
-               harnevo.train.collect.run_collect (won episodes only, one row per turn)
+  2. collect   the --teacher plays them under (a) `react` and (b) --bpe-harness (default the seed
+               `bpe_always_on`; `RUN_DIR:best` takes an evolution run's best), step budget --max-steps,
+               --samples episodes per game, through harnevo.train.collect.run_collect (won episodes only,
+               one row per turn). The default teacher is TEXT_TEACHER, a lapse-free `sim/bounded`: it acts
+               only on the text of the prompt the student will see (where object types usually are, which
+               receptacles the prompt shows unvisited), so what it does is learnable from that prompt.
+               `--teacher expert` is ALFWorld's handcoded expert, which reads the hidden game state and walks
+               straight to the object: no prompt shows why. (At this CPU scale students of either teacher
+               have won no held-out game so far: README.) With the expert, each turn is perturbed with chance --perturb (a random
+               admissible 'go to'; the expert recovers and that turn gives no row: DART).
   3. tokenizer a byte-level BPE (--vocab) trained on the text of both datasets and the three harnesses'
                templates, with the ChatML template of harnevo.models.tiny; one random-init Qwen3-style model
                (--hidden, --layers; a fixed seed) built from it and pretrained from scratch with a language-model
@@ -54,6 +59,8 @@ GEN_SPLIT = "generated"
 EVAL_SPLIT = "valid_unseen"
 MINIMAL = "minimal"
 RANDOM = "sim/random"
+# the text-only teacher: sim/bounded with no lapses, no long-prompt penalty and no forgetting
+TEXT_TEACHER = "sim/bounded?lapse=0&per_1k_tokens=0&forget_per_1k=0&knowledge=1"
 
 
 def log(msg: str) -> None:
@@ -87,13 +94,13 @@ def ensure_games(args) -> Path:
 
 # ------------------------------------------------------------------ 2. collect (one process per harness)
 
-def collect_job(harness: str, games_root: str, out: str, n_games: int | None, max_steps: int, samples: int,
-                perturb: float) -> dict:
+def collect_job(harness: str, teacher: str, games_root: str, out: str, n_games: int | None, max_steps: int,
+                samples: int, perturb: float) -> dict:
     one_thread()
     from harnevo.train.collect import run_collect
     from harnevo.train.config import CollectConfig
 
-    cfg = CollectConfig(harness=harness, teacher="expert", split=GEN_SPLIT, data=Path(games_root),
+    cfg = CollectConfig(harness=harness, teacher=teacher, split=GEN_SPLIT, data=Path(games_root),
                         games=n_games, out=Path(out), max_steps=max_steps, workers=1, concurrency=2,
                         samples=samples, perturb=perturb)
     t0 = time.perf_counter()
@@ -289,7 +296,7 @@ def table(rows: list[dict], meta: dict) -> str:
     lines = [
         f"Students: Qwen3-style, {meta['parameters'] / 1e6:.2f} M parameters (hidden {meta['hidden']}, "
         f"{meta['layers']} layers, BPE vocab {meta['vocab']}), random init, trained from scratch on CPU by SFT on "
-        f"ALFWorld's handcoded expert ({meta['collect']}); before SFT, one shared language-model pretraining on the "
+        f"the won episodes of {meta['teacher']} ({meta['collect']}); before SFT, one shared language-model pretraining on the "
         f"same collected text ({meta['pretrain_text']}). Evaluated on official ALFWorld `{EVAL_SPLIT}` "
         f"({meta['eval_games']} games{meta['eval_sample']}), step budget {meta['max_steps']}, greedy, replies "
         f"capped at {meta['max_tokens']} tokens; alfworld {meta.get('alfworld', '?')}, textworld "
@@ -337,9 +344,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--games-dir", default=None, help="reuse generated games from this folder")
     p.add_argument("--max-steps", type=int, default=30, help="step budget of collection and evaluation")
     p.add_argument("--max-tokens", type=int, default=64, help="reply length cap at evaluation")
-    p.add_argument("--samples", type=int, default=3, help="expert episodes per generated game")
-    p.add_argument("--perturb", type=float, default=0.25,
-                   help="chance per turn of a random 'go to' in collection (DART; that turn gives no row)")
+    p.add_argument("--teacher", default=TEXT_TEACHER, help="'expert' or a model name (default: the text-only "
+                   "lapse-free sim/bounded)")
+    p.add_argument("--samples", type=int, default=3, help="teacher episodes per generated game")
+    p.add_argument("--perturb", type=float, default=None,
+                   help="expert only: chance per turn of a random 'go to' in collection (DART; that turn gives "
+                        "no row; default 0.25)")
     p.add_argument("--vocab", type=int, default=2048)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
@@ -356,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the model init and of SFT")
     args = p.parse_args(argv)
     args.eval_games = args.eval_games or None
+    if args.perturb is None:
+        args.perturb = 0.25 if args.teacher == "expert" else 0.0
+    elif args.perturb and args.teacher != "expert":
+        p.error("--perturb applies to --teacher expert only")
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -376,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     dirs = {name: args.out / f"collect_{name}" for name in students}
     with ProcessPoolExecutor(2, mp_context=ctx) as ex:
-        futs = {name: ex.submit(collect_job, ref, str(games_root), str(dirs[name]), None, args.max_steps,
+        futs = {name: ex.submit(collect_job, ref, args.teacher, str(games_root), str(dirs[name]), None, args.max_steps,
                                    args.samples, args.perturb)
                 for name, ref in students.items()}
         collected = {name: f.result() for name, f in futs.items()}
@@ -418,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     walls["eval"] = time.perf_counter() - t
     walls["total"] = time.perf_counter() - t_start
 
-    order = [f"student (react)", f"student ({bpe_name})", RANDOM]
+    order = ["student (react)", f"student ({bpe_name})", RANDOM]
     rows = []
     for r in evaluated:
         policy, trained_under, under = label[r["out"]]
@@ -426,9 +440,12 @@ def main(argv: list[str] | None = None) -> int:
     rows.sort(key=lambda r: (order.index(r["policy"]), ["react", bpe_name, MINIMAL].index(r["under"])))
     c = collected
     meta.update({
+        "teacher": ("ALFWorld's handcoded expert (it reads the hidden game state)" if args.teacher == "expert" else
+                    f"a simulated text-only teacher, `{args.teacher}` (it acts only on the prompt's text)"),
         "collect": ", ".join(f"{n}: {c[n]['rows']} rows from {c[n]['wins']}/{c[n]['episodes']} won episodes"
                              for n in students) + f" of {c['react']['games']} generated (synthetic) games x "
-                             f"{args.samples} samples, perturbation {args.perturb} (random 'go to' turns, no row), "
+                             f"{args.samples} samples" + (f", perturbation {args.perturb} (random 'go to' turns, no row)"
+                                                         if args.perturb else "") + ", "
                              f"{args.sft_steps} steps x batch {args.batch_size}",
         "pretrain_text": (f"{meta['pretrain']['steps']} steps x 8 x {meta['pretrain']['length']} tokens, loss "
                           f"{meta['pretrain']['first_loss']:.2f} -> {meta['pretrain']['last_loss']:.2f}")
