@@ -14,8 +14,9 @@ What it does (every stage through harnevo's own API; each writes under --out and
                receptacles the prompt shows unvisited), so what it does is learnable from that prompt.
                `--teacher expert` is ALFWorld's handcoded expert, which reads the hidden game state and walks
                straight to the object: no prompt shows why. (At this CPU scale students of either teacher
-               have won no held-out game so far: README.) With the expert, each turn is perturbed with chance --perturb (a random
-               admissible 'go to'; the expert recovers and that turn gives no row: DART).
+               have won no held-out game so far: README.) With the expert, each turn is perturbed with
+               chance --perturb (a random admissible 'go to'; the expert recovers and that turn gives no
+               row: DART).
   3. tokenizer a byte-level BPE (--vocab) trained on the text of both datasets and the three harnesses'
                templates, with the ChatML template of harnevo.models.tiny; one random-init Qwen3-style model
                (--hidden, --layers; a fixed seed) built from it and pretrained from scratch with a language-model
@@ -441,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     c = collected
     meta.update({
         "teacher": ("ALFWorld's handcoded expert (it reads the hidden game state)" if args.teacher == "expert" else
-                    f"a simulated text-only teacher, `{args.teacher}` (it acts only on the prompt's text)"),
+                    f"the simulated text-only teacher `{args.teacher}` (it acts only on the prompt's text)"
+                    if args.teacher.startswith("sim/") else f"the teacher `{args.teacher}`"),
         "collect": ", ".join(f"{n}: {c[n]['rows']} rows from {c[n]['wins']}/{c[n]['episodes']} won episodes"
                              for n in students) + f" of {c['react']['games']} generated (synthetic) games x "
                              f"{args.samples} samples" + (f", perturbation {args.perturb} (random 'go to' turns, no row)"
