@@ -150,6 +150,9 @@ def distill(
     families: Optional[str] = typer.Option(None), seed: Optional[int] = typer.Option(None),
     max_steps: Optional[int] = typer.Option(None, help="override the step budget"),
     baseline: Optional[bool] = typer.Option(None, "--baseline/--no-baseline", help="also play the student alone"),
+    supervisor_executes: Optional[float] = typer.Option(
+        None, help="chance per turn that the supervisor's command runs (default 1; below 1: DAgger, the student's "
+                   "own command runs otherwise and the supervisor's is only the target)"),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c"),
     workers: Optional[int] = typer.Option(None), api_base: Optional[str] = typer.Option(None),
     config: Optional[Path] = _CONFIG,
@@ -162,6 +165,7 @@ def distill(
                                               student_harness=student_harness, out=out, split=split, data=data,
                                               games=games, generate=generate, families=families, seed=seed,
                                               max_steps=max_steps, baseline=baseline, concurrency=concurrency,
-                                              workers=workers, api_base=api_base))
+                                              workers=workers, api_base=api_base,
+                                              supervisor_executes=supervisor_executes))
     s = run_distill(cfg, log=typer.echo)
     _echo_summary(s, ("intervention_rate", "success_with_supervisor", "success_student_alone", "rows", "dataset"))

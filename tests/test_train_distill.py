@@ -48,3 +48,29 @@ def test_distill_writes_admissible_targets_and_reports_interventions(alfworld_da
     again: list[str] = []
     run_distill(cfg, log=again.append)  # resumes: nothing left to play
     assert not any("to play" in line for line in again)
+
+
+def test_dagger_runs_the_students_commands_and_labels_them_with_the_supervisors(alfworld_data, tmp_path):
+    """supervisor_executes=0: every admissible command the student proposes is the one that runs, and each
+    row's target is the supervisor's command for that state (DAgger); the student acts under `react`."""
+    out = tmp_path / "dagger"
+    cfg = load_config(DistillConfig, None, dict(harness="react", supervisor="sim/bounded?lapse=0", student="sim/random",
+                                                student_harness="react", data=alfworld_data, split="valid_seen",
+                                                games=1, max_steps=10, out=out, workers=1, baseline=False,
+                                                supervisor_executes=0.0))
+    s = run_distill(cfg, log=lambda m: None)
+    from datasets import load_from_disk
+
+    ds = load_from_disk(str(out / "dataset"))
+    assert len(ds) == s["rows"] == 10
+    ran = [r["proposed"].split("Action: ", 1)[1].strip() for r in ds]
+    targets = [r["completion"][0]["content"].split("Action: ", 1)[1] for r in ds]
+    differs = [i for i, (a, t) in enumerate(zip(ran, targets)) if a != t]
+    assert differs, "a random student and the bounded supervisor agreed on every turn"
+    assert all(ds[i]["supervisor"] == f"labelled; the student's '{ran[i]}' ran" for i in differs)
+    # what ran is the student's: the next prompt's history shows it
+    for i in range(len(ds) - 1):
+        assert f"> {ran[i]}\n" in ds[i + 1]["prompt"][1]["content"]
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["inputs"]["supervisor_executes"] == 0.0 and m["reviewed"] == 10
+

@@ -182,6 +182,11 @@ class DistillConfig(GamesConfig):
     api_base: str | None = Field(None, description="base URL of an OpenAI-compatible server for the models")
     keep_failed: bool = Field(True, description="keep corrected rows of lost episodes too (every target is a "
                                                 "supervisor-approved admissible action)")
+    supervisor_executes: float = Field(1.0, ge=0.0, le=1.0,
+                                       description="the chance per turn that the supervisor's command is the one "
+                                                   "run; otherwise the student's own admissible command runs and "
+                                                   "the supervisor's is only the row's target (DAgger; 1: always "
+                                                   "the supervisor's)")
 
 
 C = TypeVar("C", bound=BaseModel)

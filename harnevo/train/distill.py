@@ -14,7 +14,14 @@ the turn goes to the engine with it (a student that cannot yet write the format 
 
 The corrected trajectories become an SFT dataset in the form `train collect` writes: one row per
 executed action, `prompt` = the student's messages (its context under `minimal`), `completion` = the
-final (approved or replaced) action in the student harness's reply format. The manifest reports the
+final (approved or replaced) action in the student harness's reply format.
+
+With `supervisor_executes` below 1 (DAgger, Ross et al. 2011) the supervisor still chooses a command every
+turn and that command is the row's target, but it is run only with that chance per turn (seeded by game
+and sample); otherwise the student's own command runs when it is admissible. The data then holds the
+states the student's own mistakes lead to, each labelled with what the supervisor would do there. The
+student may act under any harness without meta-actions (`minimal`, `react`, an `always_on` harness whose
+panels the session keeps); the supervisor sees the episode under its own harness. The manifest reports the
 intervention rate (replaced / reviewed actions) per episode and overall, and the success rate with the
 supervisor and, with `baseline`, of the student alone on the same games.
 
@@ -24,6 +31,7 @@ Output folder: `episodes.jsonl` (resumable, as in collect), `dataset/`, `manifes
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 from harnevo.errors import HarnevoError, ModelCallError
@@ -42,10 +50,13 @@ SUPERVISOR_NOTE = (
 class HarnessSupervisor:
     """A `Supervisor` (runtime/session.py) for one episode: `model` under `harness`'s rules."""
 
-    def __init__(self, harness, model, *, sample: int = 0, bank=None):
+    def __init__(self, harness, model, *, sample: int = 0, bank=None, executes: float = 1.0, seed: str = ""):
         from harnevo.runtime.session import HarnessProgram
 
         self.harness, self.model, self.sample = harness, model, sample
+        self.executes = executes  # the chance per turn that the supervisor's command runs (DAgger below 1)
+        self.rng = random.Random(f"dagger/{seed}/{sample}")
+        self.labels: dict[int, str] = {}  # turn index -> the supervisor's command (the row's target)
         self.program = HarnessProgram(harness)
         self.bank = bank
         self.ws = None
@@ -107,8 +118,12 @@ class HarnessSupervisor:
             final = g.action or ("look" if "look" in admissible or not admissible else admissible[0])
         self.reviews += 1
         self.replaced += int(final != action)
-        self._pending = final
-        return final
+        self.labels[prompt.turn] = final
+        run = final
+        if self.executes < 1.0 and action in admissible and self.rng.random() >= self.executes:
+            run = action  # DAgger: the student's own command runs; the supervisor's is the target
+        self._pending = run
+        return run
 
 
     async def choose(self, prompt) -> str:
@@ -149,17 +164,23 @@ async def play_supervised(program, student, pool, game, sup: HarnessSupervisor |
     return session.trajectory, own
 
 
-def rows_of(traj, student_harness, label: str, own: list[str]) -> list[dict[str, Any]]:
+def rows_of(traj, student_harness, label: str, own: list[str],
+            labels: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """One row per executed action; its target is the supervisor's command of that turn (`labels`, by turn),
+    which is the executed one unless the student's own ran (DAgger)."""
     rows = []
     for i, t in enumerate(traj.turns):
         if not t.executed:
             continue
         proposed = own[i] if i < len(own) else t.reply
+        target = (labels or {}).get(i, t.executed)
+        note = "chose for an unreadable reply" if proposed != t.reply else (t.supervisor or "")
+        if target != t.executed:
+            note = f"labelled; the student's '{t.executed}' ran"
         rows.append({"prompt": [dict(m) for m in t.messages],
-                     "completion": [{"role": "assistant", "content": format_reply(student_harness, t.executed)}],
+                     "completion": [{"role": "assistant", "content": format_reply(student_harness, target)}],
                      "game": traj.game, "sample": traj.sample, "turn": i, "harness_id": student_harness.id,
-                     "teacher": label, "proposed": proposed,
-                     "supervisor": "chose for an unreadable reply" if proposed != t.reply else (t.supervisor or "")})
+                     "teacher": label, "proposed": proposed, "supervisor": note})
     return rows
 
 
@@ -167,14 +188,15 @@ def run_distill(cfg: DistillConfig, log=print) -> dict[str, Any]:
     quiet_environment()
     harness, bank = load_train_harness(cfg.harness, max_steps=cfg.max_steps)
     student_h, _ = load_train_harness(cfg.student_harness, max_steps=cfg.max_steps)
-    if student_h.mode != "env_only":
-        raise HarnevoError(f"--student-harness {cfg.student_harness}: the student acts without meta-actions or "
-                           f"panels (mode env_only, like `minimal`), not mode {student_h.mode}")
+    if student_h.mode == "inline":
+        raise HarnevoError(f"--student-harness {cfg.student_harness}: the student acts without meta-actions "
+                           f"(mode env_only, like `minimal`, or always_on), not mode inline")
     cfg.out.mkdir(parents=True, exist_ok=True)
     games, source = resolve_stage_games(cfg, cfg.out, log=log)
     inputs = {"harness": cfg.harness, "harness_id": harness.id, "supervisor": cfg.supervisor,
               "student": cfg.student, "student_harness_id": student_h.id, "games": [g.name for g in games],
-              "split": games[0].split, "baseline": cfg.baseline, "keep_failed": cfg.keep_failed}
+              "split": games[0].split, "baseline": cfg.baseline, "keep_failed": cfg.keep_failed,
+              "supervisor_executes": cfg.supervisor_executes}
     check_same_inputs(cfg.out, "distill", inputs)
     write_manifest(cfg.out, "distill", inputs=inputs, data_source=source, complete=False)
     episodes = EpisodeLog(cfg.out / EPISODES)
@@ -206,9 +228,10 @@ async def _play(cfg: DistillConfig, harness, bank, student_h, todo, episodes: Ep
 
     async def one(game, kind, pool) -> None:
         async with sem:
-            sup = HarnessSupervisor(harness, supervisor_model, bank=sup_bank) if kind == "supervised" else None
+            sup = HarnessSupervisor(harness, supervisor_model, bank=sup_bank, executes=cfg.supervisor_executes,
+                                    seed=game.name) if kind == "supervised" else None
             traj, own = await play_supervised(program, student, pool, game, sup)
-            rows = rows_of(traj, student_h, f"distill:{cfg.supervisor}", own) \
+            rows = rows_of(traj, student_h, f"distill:{cfg.supervisor}", own, sup.labels) \
                 if kind == "supervised" and traj.ok and (traj.success or cfg.keep_failed) else []
             reviewed = sup.reviews if sup is not None else 0
             replaced = sup.replaced if sup is not None else 0
