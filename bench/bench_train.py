@@ -245,6 +245,42 @@ def sft_job(data: str, base: str, out: str, steps: int, batch: int, lr: float, m
     return summary
 
 
+# ------------------------------------------------------------------ 4b. DAgger rounds (one process per student)
+
+def dagger_job(harness: str, teacher: str, student: str, games_root: str, out: str, max_steps: int,
+               executes: float) -> dict:
+    """The student plays the generated games under its own harness; the teacher labels every state it reaches
+    (harnevo.train.distill with supervisor_executes below 1: the student's own command runs otherwise)."""
+    one_thread()
+    from harnevo.train.config import DistillConfig
+    from harnevo.train.distill import run_distill
+
+    cfg = DistillConfig(harness=harness, supervisor=teacher, student=student, student_harness=harness,
+                        split=GEN_SPLIT, data=Path(games_root), out=Path(out), max_steps=max_steps, baseline=False,
+                        keep_failed=True, supervisor_executes=executes, workers=1, concurrency=2)
+    t0 = time.perf_counter()
+    summary = run_distill(cfg, log=lambda m: log(f"[{Path(out).name}] {m}"))
+    summary["wall_s"] = time.perf_counter() - t0
+    return summary
+
+
+def merge_datasets(parts: list[Path], out: Path) -> Path:
+    """The union of collected and DAgger rows (prompt and completion only), written once to out/dataset."""
+    from datasets import concatenate_datasets
+
+    from harnevo.train.collect import DATASET, load_dataset_dir
+
+    final = out / DATASET
+    if final.is_dir():
+        return out
+    ds = concatenate_datasets([load_dataset_dir(p).select_columns(["prompt", "completion"]) for p in parts])
+    tmp = out / (DATASET + ".tmp")
+    ds.save_to_disk(str(tmp))
+    tmp.rename(final)
+    (out / "parts.json").write_text(json.dumps([str(p) for p in parts]))
+    return out
+
+
 # ------------------------------------------------------------------ 5. evaluate (one process per student)
 
 def eval_job(jobs: list[tuple[str, str, str]], data: str | None, n_games: int | None, seed: int, max_steps: int,
@@ -360,6 +396,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-steps", type=int, default=300)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--dagger-rounds", type=int, default=0,
+                   help="rounds of DAgger after SFT: the student plays the generated games, the teacher labels "
+                        "each state, SFT goes on from the student on all rows so far")
+    p.add_argument("--dagger-executes", type=float, default=0.5,
+                   help="chance per turn that the teacher's command runs in a DAgger round (else the student's)")
+    p.add_argument("--dagger-steps", type=int, default=300, help="SFT steps per DAgger round")
     p.add_argument("--eval-games", type=int, default=0, help="a seeded sample of valid_unseen (0: all 134)")
     p.add_argument("--eval-seed", type=int, default=0)
     p.add_argument("--concurrency", type=int, default=2, help="episodes in flight per evaluation")
@@ -412,6 +454,32 @@ def main(argv: list[str] | None = None) -> int:
         trained = {name: f.result() for name, f in futs.items()}
     walls["sft"] = time.perf_counter() - t
 
+    dagger: dict[str, list[dict]] = {name: [] for name in students}
+    parts = {name: [dirs[name]] for name in students}
+    for r in range(1, args.dagger_rounds + 1):
+        t = time.perf_counter()
+        ddirs = {name: args.out / f"dagger{r}_{name}" for name in students}
+        with ProcessPoolExecutor(2, mp_context=ctx) as ex:
+            futs = {name: ex.submit(dagger_job, ref, args.teacher, f"hf/{ckpt[name]}", str(games_root),
+                                    str(ddirs[name]), args.max_steps, args.dagger_executes)
+                    for name, ref in students.items()}
+            for name, f in futs.items():
+                dagger[name].append(f.result())
+        for name in students:
+            parts[name].append(ddirs[name])
+            merge_datasets(parts[name], args.out / f"mix{r}_{name}")
+        nxt = {name: args.out / f"student_{name}_dagger{r}" for name in students}
+        max_len = max(max_len, longest_row(list(ddirs.values()), base) + 8)
+        with ProcessPoolExecutor(2, mp_context=ctx) as ex:
+            futs = {name: ex.submit(sft_job, str(args.out / f"mix{r}_{name}"), str(ckpt[name]), str(nxt[name]),
+                                    args.dagger_steps, args.batch_size, args.lr / 3, max_len, args.seed + r)
+                    for name in students}
+            for name, f in futs.items():
+                trained[name] = {**f.result(), "first_sft": trained[name]} if r == 1 else \
+                    {**f.result(), "first_sft": trained[name]["first_sft"]}
+        ckpt = nxt
+        walls[f"dagger{r}"] = time.perf_counter() - t
+
     t = time.perf_counter()
     ev = args.out / "eval"
     label = {}
@@ -448,7 +516,11 @@ def main(argv: list[str] | None = None) -> int:
                              for n in students) + f" of {c['react']['games']} generated (synthetic) games x "
                              f"{args.samples} samples" + (f", perturbation {args.perturb} (random 'go to' turns, no row)"
                                                          if args.perturb else "") + ", "
-                             f"{args.sft_steps} steps x batch {args.batch_size}",
+                             f"{args.sft_steps} steps x batch {args.batch_size}"
+                             + (f"; then {args.dagger_rounds} DAgger round(s): the student plays the same games, "
+                                f"the teacher labels every state it reaches (its command runs with chance "
+                                f"{args.dagger_executes}), {args.dagger_steps} more SFT steps on all rows"
+                                if args.dagger_rounds else ""),
         "pretrain_text": (f"{meta['pretrain']['steps']} steps x 8 x {meta['pretrain']['length']} tokens, loss "
                           f"{meta['pretrain']['first_loss']:.2f} -> {meta['pretrain']['last_loss']:.2f}")
         if meta.get("pretrain") else "none",
@@ -458,15 +530,25 @@ def main(argv: list[str] | None = None) -> int:
     })
     text = table(rows, meta)
     verdict = verdicts(rows)
-    sft_line = "; ".join(f"{n}: loss {trained[n]['first_loss']:.3f} -> {trained[n]['last_loss']:.3f} "
-                         f"({trained[n]['steps']} steps, {trained[n]['rows']} rows)" for n in students)
+    def sft_of(d: dict) -> str:
+        return f"loss {d['first_loss']:.3f} -> {d['last_loss']:.3f} ({d['steps']} steps, {d['rows']} rows)"
+
+    sft_line = "; ".join(f"{n}: {sft_of(trained[n].get('first_sft', trained[n]))}" for n in students)
+    dagger_lines = [
+        f"DAgger round {i + 1}, {n}: the student played {d['games']} generated games under its harness, the "
+        f"teacher's command ran with chance {args.dagger_executes}, else the student's; the teacher disagreed with "
+        f"{100 * d['intervention_rate']:.0f}% of the student's commands; {100 * d['success_with_supervisor']:.0f}% "
+        f"won; {d['rows']} labelled rows, then {args.dagger_steps} SFT steps from the student on all rows so far"
+        for n in students for i, d in enumerate(dagger[n])]
+    if args.dagger_rounds:
+        dagger_lines.append("After DAgger: " + "; ".join(f"{n}: {sft_of(trained[n])}" for n in students))
     timing = ", ".join(f"{k} {v:.0f} s" for k, v in walls.items())
-    report = "\n".join([text, "", *verdict, "", f"SFT: {sft_line}", f"Wall time: {timing}",
+    report = "\n".join([text, "", *verdict, "", f"SFT: {sft_line}", *dagger_lines, f"Wall time: {timing}",
                         f"Command: python bench/bench_train.py {' '.join(argv if argv is not None else sys.argv[1:])}"])
     print("\n" + report, flush=True)
     (args.out / "table.md").write_text(report + "\n", encoding="utf-8")
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "walls": walls, "collect": collected,
-                                                       "sft": trained, "rows": rows}, indent=2, default=str))
+                                                       "sft": trained, "dagger": dagger, "rows": rows}, indent=2, default=str))
     return 0
 
 
