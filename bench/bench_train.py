@@ -25,6 +25,10 @@ What it does (every stage through harnevo's own API; each writes under --out and
                start from these same weights
   4. sft       TRL's SFTTrainer through harnevo.train.sft.run_sft (loss on the assistant reply only; rows
                are never cut: the longest row sets max_length, so train and evaluation see the same text)
+  4b. dagger   with --dagger-rounds R: each student plays the generated games under its own harness, the
+               teacher labels every state it reaches and its command runs with chance --dagger-executes (else
+               the student's: harnevo.train.distill, supervisor_executes), then --dagger-steps more SFT steps
+               from the student on all rows so far (DAgger, Ross et al. 2011)
   5. evaluate  harnevo.runtime.evaluate on official valid_unseen (--eval-games, a seeded sample; default 0:
                all 134) at --max-steps, greedy decoding (the harnesses' temperature 0): each student under the
                harness it was trained with and under `minimal`, and `sim/random` under each of the three
