@@ -288,9 +288,12 @@ def _finish(cfg, harness, student_h, games, kinds, source, inputs, episodes: Epi
     missing = sum(len(games) - len(v) for v in by_kind.values())
     write_manifest(cfg.out, "distill", inputs=inputs, complete=not missing, **summary)
     alone = summary["success_student_alone"]
-    log(f"distill: {len(rows)} rows; supervisor replaced {interventions}/{reviewed} actions "
-        f"({100 * summary['intervention_rate']:.0f}%); "
+    dagger = cfg.supervisor_executes < 1.0
+    did = (f"disagreed with {interventions}/{reviewed} of the student's commands" if dagger else
+           f"replaced {interventions}/{reviewed} actions")
+    log(f"distill: {len(rows)} rows; supervisor {did} ({100 * summary['intervention_rate']:.0f}%); "
         f"success with supervisor {100 * summary['success_with_supervisor']:.0f}%"
+        + (f" (its command run with chance {cfg.supervisor_executes})" if dagger else "")
         + (f", student alone {100 * alone:.0f}%" if alone is not None else ""))
     if missing:
         log(f"distill: {missing} episode(s) hit an infrastructure error; re-run the same command to play them")
