@@ -4,7 +4,9 @@ litellm routes `hf/<model>` here; for an absolute path the string is `hf//abs/pa
 arrives as `/abs/path`. The checkpoint (AutoModelForCausalLM + AutoTokenizer, local files only) is
 loaded once per path per process and kept; it runs on CUDA when available, else CPU (override with
 HARNEVO_HF_DEVICE=cpu|cuda|cuda:1). The prompt is the checkpoint's own chat template; decoding is
-greedy at temperature 0 and sampling otherwise, at most `max_tokens` new tokens. `acompletion` runs
+greedy at temperature 0 and sampling otherwise, at most `max_tokens` new tokens; sampling is seeded by the
+request's `seed` (the sample index) and the prompt text, so the same prompt and sample give the same reply in
+any run, at any concurrency, while different prompts (every turn's differs) draw differently. `acompletion` runs
 generation in a worker thread, so the event loop keeps running; generations on one checkpoint are
 serialised (one at a time).
 
@@ -14,6 +16,7 @@ Imported only through models/_litellm.py (this module subclasses litellm's Custo
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import threading
 import time
@@ -44,6 +47,19 @@ def _device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _sampling_seed(seed: Any, prompt: str) -> int:
+    """A 63-bit torch seed from the request's seed (the sample index; None counts as 0) and the prompt."""
+    digest = hashlib.sha256(f"{seed or 0}\x00{prompt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def _cuda_devices(device: str) -> list[int]:
+    """The CUDA devices whose RNG state fork_rng must save and restore (none on CPU)."""
+    if not device.startswith("cuda"):
+        return []
+    return [int(device.split(":")[1])] if ":" in device else [0]
 
 
 class HFHandler(CustomLLM):
@@ -95,7 +111,9 @@ class HFHandler(CustomLLM):
             gen.update(do_sample=True, temperature=temperature, top_p=float(optional_params.get("top_p") or 1.0), top_k=0)
         else:
             gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        with ld.lock, torch.inference_mode():
+        with ld.lock, torch.inference_mode(), torch.random.fork_rng(devices=_cuda_devices(ld.device)):
+            if temperature > 0:
+                torch.manual_seed(_sampling_seed(optional_params.get("seed"), prompt))
             out = ld.model.generate(**enc, **gen)
         new = out[0, enc["input_ids"].shape[1]:]
         text = tok.decode(new, skip_special_tokens=True)

@@ -104,6 +104,8 @@ class LiteLLMModel:
             "drop_params": True,  # e.g. models that refuse temperature=0
             **self.extra,
         }
+        if temperature > 0:  # reproducible sampling where the provider supports it (OpenAI, vLLM, hf/)
+            kwargs["seed"] = sample
         if self.api_base:
             kwargs["api_base"] = self.api_base
         if self.timeout_s is not None:
