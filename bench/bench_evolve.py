@@ -98,10 +98,11 @@ def main() -> None:
     skip = set(args.skip.split(",")) - {""}
 
     runs: dict[str, dict] = {}
-    runs["A"] = evolve("A_racing", args)
+    if "A" not in skip:
+        runs["A"] = evolve("A_racing", args)
     if "B" not in skip:
         runs["B"] = evolve("B_no_racing", args, racing=False)
-    if "C" not in skip:
+    if "C" not in skip and "A" in runs:
         runs["C"] = evolve("C_random", args, search="random", generations=None,
                            episodes=runs["A"]["episodes_in_store"])
     if "D" not in skip:
@@ -131,6 +132,15 @@ def main() -> None:
     seeds = {h: normalize(load_harness(h)).behaviour_id for h in ("react", "bpe_always_on", "bpe_inline")}
     run_dirs = {"A": args.out / "A_racing", "B": args.out / "B_no_racing", "C": args.out / "C_random",
                 "D": args.out / "D_react_weak", "E": args.out / "E_random_weak"}
+    if "A" in runs:
+        held_out_strong(runs, seeds, run_dirs, args)
+    if "D" in runs:
+        held_out_weak(runs, seeds, run_dirs, args)
+    (args.out / "bench_evolve.json").write_text(json.dumps({k: v for k, v in runs.items()}, indent=1, default=str))
+
+
+def held_out_strong(runs: dict, seeds: dict, run_dirs: dict, args) -> None:
+    """A's front and the seeds (and B's and C's bests) on the held-out split with args.model."""
     members = {"A": list(dict.fromkeys([r["behaviour_id"] for r in runs["A"]["front"]] + list(seeds.values())))}
     for k in ("B", "C"):
         if k in runs:
@@ -162,25 +172,26 @@ def main() -> None:
         print(f"- `{b}` {fmt(s)}, {100 * ratio:.0f}% of the seed's tokens: strict {'yes' if strict else 'no'}, "
               f"overlap {'yes' if overlap else 'no'}; at most 60% of its tokens: {'yes' if ratio <= 0.6 else 'no'}")
 
-    if "D" in runs:
-        react_id = seeds["react"]
-        weak = {"D": [react_id, runs["D"]["best"]], **({"E": [runs["E"]["best"]]} if "E" in runs else {})}
-        hd = asyncio.run(held_out(run_dirs, weak, args, args.weak_model))
-        r, b = hd["results"][("D", react_id)], hd["results"][("D", runs["D"]["best"])]
-        store = Store.open(run_dirs["D"])
-        genes = changed_genes(store.harness(react_id), store.harness(runs["D"]["best"]))
-        store.close()
-        half = (r["ci95"][1] - r["ci95"][0]) / 2 + (b["ci95"][1] - b["ci95"][0]) / 2
-        print(f"\n## From react alone, weaker agent {args.weak_model} (simulated), {hd['games']} {args.held_out} games\n")
-        print(f"react {fmt(r)}; evolved best `{runs['D']['best']}` {fmt(b)}; difference "
-              f"{100 * (b['success_rate'] - r['success_rate']):+.1f} points (sum of the CI half-widths "
-              f"{100 * half:.1f})")
-        if "E" in runs:
-            e = hd["results"][("E", runs["E"]["best"])]
-            print(f"random search's best with the same episodes `{runs['E']['best']}` {fmt(e)}, "
-                  f"{e['tokens_per_episode']:.0f} tokens/episode (evolved best: {b['tokens_per_episode']:.0f})")
-        print("genes it changed: " + "; ".join(f"{g}: {v[0]!r} -> {v[1]!r}" for g, v in genes.items()))
-    (args.out / "bench_evolve.json").write_text(json.dumps({k: v for k, v in runs.items()}, indent=1, default=str))
+
+def held_out_weak(runs: dict, seeds: dict, run_dirs: dict, args) -> None:
+    """react, D's best and E's best on the held-out split with the weaker agent."""
+    react_id = seeds["react"]
+    weak = {"D": [react_id, runs["D"]["best"]], **({"E": [runs["E"]["best"]]} if "E" in runs else {})}
+    hd = asyncio.run(held_out(run_dirs, weak, args, args.weak_model))
+    r, b = hd["results"][("D", react_id)], hd["results"][("D", runs["D"]["best"])]
+    store = Store.open(run_dirs["D"])
+    genes = changed_genes(store.harness(react_id), store.harness(runs["D"]["best"]))
+    store.close()
+    half = (r["ci95"][1] - r["ci95"][0]) / 2 + (b["ci95"][1] - b["ci95"][0]) / 2
+    print(f"\n## From react alone, weaker agent {args.weak_model} (simulated), {hd['games']} {args.held_out} games\n")
+    print(f"react {fmt(r)}; evolved best `{runs['D']['best']}` {fmt(b)}; difference "
+          f"{100 * (b['success_rate'] - r['success_rate']):+.1f} points (sum of the CI half-widths "
+          f"{100 * half:.1f})")
+    if "E" in runs:
+        e = hd["results"][("E", runs["E"]["best"])]
+        print(f"random search's best with the same episodes `{runs['E']['best']}` {fmt(e)}, "
+              f"{e['tokens_per_episode']:.0f} tokens/episode (evolved best: {b['tokens_per_episode']:.0f})")
+    print("genes it changed: " + "; ".join(f"{g}: {v[0]!r} -> {v[1]!r}" for g, v in genes.items()))
 
 
 if __name__ == "__main__":

@@ -30,8 +30,11 @@ What it does (every stage through harnevo's own API; each writes under --out and
                the student's: harnevo.train.distill, supervisor_executes), then --dagger-steps more SFT steps
                from the student on all rows so far (DAgger, Ross et al. 2011)
   5. evaluate  harnevo.runtime.evaluate on official valid_unseen (--eval-games, a seeded sample; default 0:
-               all 134) at --max-steps, greedy decoding (the harnesses' temperature 0): each student under the
-               harness it was trained with and under `minimal`, and `sim/random` under each of the three
+               all 134) at --max-steps: each student under the harness it was trained with and under
+               `minimal`, and `sim/random` under each of the three. Students decode greedily (the harnesses'
+               temperature 0) unless --temperature T > 0: then they sample from their own distribution at T,
+               seeded by the prompt (harnevo/models/hf.py: the same prompt gives the same reply in any run), in
+               the DAgger rounds as at evaluation
   Stages 2, 4 and 5 run as two processes (one per student; a 2-core machine), each with one engine worker.
 
 It prints one markdown table (success, Wilson 95% CI over games, n, tokens and steps per episode) and a
@@ -252,20 +255,34 @@ def sft_job(data: str, base: str, out: str, steps: int, batch: int, lr: float, m
 # ------------------------------------------------------------------ 4b. DAgger rounds (one process per student)
 
 def dagger_job(harness: str, teacher: str, student: str, games_root: str, out: str, max_steps: int,
-               executes: float) -> dict:
+               executes: float, student_harness: str, n_games: int | None) -> dict:
     """The student plays the generated games under its own harness; the teacher labels every state it reaches
     (harnevo.train.distill with supervisor_executes below 1: the student's own command runs otherwise)."""
     one_thread()
     from harnevo.train.config import DistillConfig
     from harnevo.train.distill import run_distill
 
-    cfg = DistillConfig(harness=harness, supervisor=teacher, student=student, student_harness=harness,
-                        split=GEN_SPLIT, data=Path(games_root), out=Path(out), max_steps=max_steps, baseline=False,
+    cfg = DistillConfig(harness=harness, supervisor=teacher, student=student, student_harness=student_harness,
+                        split=GEN_SPLIT, data=Path(games_root), games=n_games, out=Path(out), max_steps=max_steps,
+                        baseline=False,
                         keep_failed=True, supervisor_executes=executes, workers=1, concurrency=2)
     t0 = time.perf_counter()
     summary = run_distill(cfg, log=lambda m: log(f"[{Path(out).name}] {m}"))
     summary["wall_s"] = time.perf_counter() - t0
     return summary
+
+
+def sampling_harness(ref: str, temperature: float, out: Path) -> str:
+    """`ref` itself at temperature 0; else a harness file of it that samples at `temperature` (under out/)."""
+    if temperature <= 0:
+        return ref
+    from harnevo.train.common import load_train_harness
+
+    h = load_train_harness(ref)[0]
+    path = out / f"harness_{h.name}_t{temperature:g}.yaml"
+    if not path.is_file():
+        path.write_text(h.evolve(model={"temperature": temperature}).to_yaml(), encoding="utf-8")
+    return str(path)
 
 
 def merge_datasets(parts: list[Path], out: Path) -> Path:
@@ -288,13 +305,13 @@ def merge_datasets(parts: list[Path], out: Path) -> Path:
 # ------------------------------------------------------------------ 5. evaluate (one process per student)
 
 def eval_job(jobs: list[tuple[str, str, str]], data: str | None, n_games: int | None, seed: int, max_steps: int,
-             max_tokens: int, concurrency: int) -> list[dict]:
+             max_tokens: int, concurrency: int, temperature: float) -> list[dict]:
     """Each (label, harness ref, model) on official valid_unseen, one engine pool for all of them."""
     one_thread()
-    return asyncio.run(_eval(jobs, data, n_games, seed, max_steps, max_tokens, concurrency))
+    return asyncio.run(_eval(jobs, data, n_games, seed, max_steps, max_tokens, concurrency, temperature))
 
 
-async def _eval(jobs, data, n_games, seed, max_steps, max_tokens, concurrency) -> list[dict]:
+async def _eval(jobs, data, n_games, seed, max_steps, max_tokens, concurrency, temperature) -> list[dict]:
     from harnevo.envs.games import resolve_games
     from harnevo.envs.pool import EnginePool
     from harnevo.models import get_model
@@ -311,6 +328,8 @@ async def _eval(jobs, data, n_games, seed, max_steps, max_tokens, concurrency) -
             harness, _ = load_train_harness(ref, max_steps=max_steps)
             if harness.model.max_tokens > max_tokens:
                 harness = harness.evolve(model={"max_tokens": max_tokens})
+            if temperature > 0 and model_name.startswith("hf/"):  # students sample; sim/random is random anyway
+                harness = harness.evolve(model={"temperature": temperature})
             model = get_model(model_name)
             t0 = time.perf_counter()
             try:
@@ -339,7 +358,8 @@ def table(rows: list[dict], meta: dict) -> str:
         f"{meta['layers']} layers, BPE vocab {meta['vocab']}), random init, trained from scratch on CPU by SFT on "
         f"the won episodes of {meta['teacher']} ({meta['collect']}); before SFT, one shared language-model pretraining on the "
         f"same collected text ({meta['pretrain_text']}). Evaluated on official ALFWorld `{EVAL_SPLIT}` "
-        f"({meta['eval_games']} games{meta['eval_sample']}), step budget {meta['max_steps']}, greedy, replies "
+        f"({meta['eval_games']} games{meta['eval_sample']}), step budget {meta['max_steps']}, "
+        f"{'students sampling at temperature %g (seeded by the prompt)' % meta['temperature'] if meta.get('temperature') else 'greedy'}, replies "
         f"capped at {meta['max_tokens']} tokens; alfworld {meta.get('alfworld', '?')}, textworld "
         f"{meta.get('textworld', '?')}. CI: Wilson 95% over games. `sim/random` is a simulated agent (a random "
         f"admissible action, 'look' when none is shown), not a language model.",
@@ -405,7 +425,12 @@ def main(argv: list[str] | None = None) -> int:
                         "each state, SFT goes on from the student on all rows so far")
     p.add_argument("--dagger-executes", type=float, default=0.5,
                    help="chance per turn that the teacher's command runs in a DAgger round (else the student's)")
+    p.add_argument("--dagger-games", type=int, default=None,
+                   help="a seeded sample of the generated games played in each DAgger round (default: all)")
     p.add_argument("--dagger-steps", type=int, default=300, help="SFT steps per DAgger round")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="students sample at this temperature (seeded by the prompt) in DAgger rounds and at "
+                        "evaluation; 0: greedy")
     p.add_argument("--eval-games", type=int, default=0, help="a seeded sample of valid_unseen (0: all 134)")
     p.add_argument("--eval-seed", type=int, default=0)
     p.add_argument("--concurrency", type=int, default=2, help="episodes in flight per evaluation")
@@ -465,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
         ddirs = {name: args.out / f"dagger{r}_{name}" for name in students}
         with ProcessPoolExecutor(2, mp_context=ctx) as ex:
             futs = {name: ex.submit(dagger_job, ref, args.teacher, f"hf/{ckpt[name]}", str(games_root),
-                                    str(ddirs[name]), args.max_steps, args.dagger_executes)
+                                    str(ddirs[name]), args.max_steps, args.dagger_executes,
+                                    sampling_harness(ref, args.temperature, args.out), args.dagger_games)
                     for name, ref in students.items()}
             for name, f in futs.items():
                 dagger[name].append(f.result())
@@ -500,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         plans.append(jobs)
     with ProcessPoolExecutor(2, mp_context=ctx) as ex:
         futs = [ex.submit(eval_job, jobs, args.data, args.eval_games, args.eval_seed, args.max_steps, args.max_tokens,
-                          args.concurrency) for jobs in plans]
+                          args.concurrency, args.temperature) for jobs in plans]
         evaluated = [r for f in futs for r in f.result()]
     walls["eval"] = time.perf_counter() - t
     walls["total"] = time.perf_counter() - t_start
@@ -530,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
         if meta.get("pretrain") else "none",
         "eval_games": rows[0]["summary"]["games"],
         "eval_sample": f", seeded sample (seed {args.eval_seed})" if args.eval_games else "",
-        "max_steps": args.max_steps, "max_tokens": args.max_tokens, **engine_versions(),
+        "max_steps": args.max_steps, "max_tokens": args.max_tokens, "temperature": args.temperature,
+        **engine_versions(),
     })
     text = table(rows, meta)
     verdict = verdicts(rows)
