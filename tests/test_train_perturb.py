@@ -48,3 +48,15 @@ def test_perturbed_turns_give_no_row_and_the_expert_recovers(alfworld_data, tmp_
     again = _collect(alfworld_data, tmp_path / "again", 0.3)  # the same seed: the same episodes
     assert again["rows"] == noisy["rows"]
     assert {k: r["rows"] for k, r in _episodes(tmp_path / "again").items()} == {k: r["rows"] for k, r in eps.items()}
+
+
+def test_a_complete_collection_run_again_is_left_as_it_is(alfworld_data, tmp_path):
+    """Re-running a finished collect plays nothing and rewrites nothing: the digest of its manifest, which the
+    next stage (sft) records as its input, stays valid, so the chain resumes instead of refusing its folders."""
+    from harnevo.train.manifest import digest
+
+    first = _collect(alfworld_data, tmp_path / "c", 0.0)
+    before = digest(tmp_path / "c"), (tmp_path / "c" / "episodes.jsonl").read_bytes()
+    again = _collect(alfworld_data, tmp_path / "c", 0.0)
+    assert (digest(tmp_path / "c"), (tmp_path / "c" / "episodes.jsonl").read_bytes()) == before
+    assert again["rows"] == first["rows"] and again["complete"]

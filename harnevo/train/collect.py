@@ -150,7 +150,10 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     inputs = {"harness_id": harness.id, "harness": cfg.harness, "teacher": cfg.teacher, "samples": cfg.samples,
               "games": [g.name for g in games], "split": games[0].split, "keep_failed": cfg.keep_failed,
               **({"perturb": cfg.perturb} if cfg.perturb else {})}
-    check_same_inputs(cfg.out, "collect", inputs)
+    prior = check_same_inputs(cfg.out, "collect", inputs)
+    if prior is not None and prior.get("complete"):  # left as it is: later stages name its manifest's digest
+        log(f"collect: {cfg.out} is complete (same inputs); nothing to do")
+        return prior
     write_manifest(cfg.out, "collect", inputs=inputs, data_source=source, complete=False)
     (cfg.out / "harness.yaml").write_text(harness.to_yaml(), encoding="utf-8")
     episodes = EpisodeLog(cfg.out / EPISODES)

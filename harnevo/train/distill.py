@@ -197,7 +197,10 @@ def run_distill(cfg: DistillConfig, log=print) -> dict[str, Any]:
               "student": cfg.student, "student_harness_id": student_h.id, "games": [g.name for g in games],
               "split": games[0].split, "baseline": cfg.baseline, "keep_failed": cfg.keep_failed,
               "supervisor_executes": cfg.supervisor_executes}
-    check_same_inputs(cfg.out, "distill", inputs)
+    prior = check_same_inputs(cfg.out, "distill", inputs)
+    if prior is not None and prior.get("complete"):  # left as it is: later stages name its manifest's digest
+        log(f"distill: {cfg.out} is complete (same inputs); nothing to do")
+        return prior
     write_manifest(cfg.out, "distill", inputs=inputs, data_source=source, complete=False)
     episodes = EpisodeLog(cfg.out / EPISODES)
     done = {k for k, r in episodes.load().items() if r["status"] == "ok"}
