@@ -52,8 +52,10 @@ def evolve(name: str, args, **overrides) -> dict:
     return summary
 
 
-async def held_out(run_dirs: dict[str, Path], members: dict[str, list[str]], args, model_name: str) -> dict:
-    """Success of each (run, behaviour id) on the held-out split, banks frozen."""
+async def held_out(run_dirs: dict[str, Path], members: dict[str, list[str]], args, model_name: str,
+                   variants: dict[str, tuple[str, str, dict]] | None = None) -> dict:
+    """Success of each (run, behaviour id) on the held-out split, banks frozen; `variants` adds one-gene
+    ablations: label -> (run, behaviour id, fields changed with Harness.evolve), under results[(run, label)]."""
     games, source = resolve_games(args.held_out, data=args.data, n=args.held_out_games, seed=args.seed)
     model = get_model(model_name)
     out = {}
@@ -68,6 +70,15 @@ async def held_out(run_dirs: dict[str, Path], members: dict[str, list[str]], arg
                                        .replace("?", "_") / bid, concurrency=args.concurrency, bank=bank,
                                        freeze_bank=bank is not None)
                     out[(run, bid)] = r.summary
+                for label, (vrun, bid, fields) in (variants or {}).items():
+                    if vrun != run:
+                        continue
+                    h = normalize(store.harness(bid).evolve(**fields))
+                    bank = learned_bank(store, store.harness(bid))
+                    r = await evaluate(h, model, games, pool, out=args.out / "held_out" / model_name.replace("/", "_")
+                                       .replace("?", "_") / f"{bid}-{label}", concurrency=args.concurrency,
+                                       bank=bank, freeze_bank=bank is not None)
+                    out[(run, label)] = r.summary
             finally:
                 store.close()
     return {"games": len(games), "source": source, "results": out}
@@ -177,20 +188,31 @@ def held_out_weak(runs: dict, seeds: dict, run_dirs: dict, args) -> None:
     """react, D's best and E's best on the held-out split with the weaker agent."""
     react_id = seeds["react"]
     weak = {"D": [react_id, runs["D"]["best"]], **({"E": [runs["E"]["best"]]} if "E" in runs else {})}
-    hd = asyncio.run(held_out(run_dirs, weak, args, args.weak_model))
-    r, b = hd["results"][("D", react_id)], hd["results"][("D", runs["D"]["best"])]
     store = Store.open(run_dirs["D"])
-    genes = changed_genes(store.harness(react_id), store.harness(runs["D"]["best"]))
+    seed_h, best_h = store.harness(react_id), store.harness(runs["D"]["best"])
+    genes = changed_genes(seed_h, best_h)
     store.close()
+    # one-gene ablation: a longer step budget wins games by itself; give the best the seed's budget back
+    variants = {} if best_h.budget.max_steps == seed_h.budget.max_steps else \
+        {"seed_budget": ("D", runs["D"]["best"], {"budget": {"max_steps": seed_h.budget.max_steps}})}
+    hd = asyncio.run(held_out(run_dirs, weak, args, args.weak_model, variants))
+    r, b = hd["results"][("D", react_id)], hd["results"][("D", runs["D"]["best"])]
     half = (r["ci95"][1] - r["ci95"][0]) / 2 + (b["ci95"][1] - b["ci95"][0]) / 2
     print(f"\n## From react alone, weaker agent {args.weak_model} (simulated), {hd['games']} {args.held_out} games\n")
     print(f"react {fmt(r)}; evolved best `{runs['D']['best']}` {fmt(b)}; difference "
           f"{100 * (b['success_rate'] - r['success_rate']):+.1f} points (sum of the CI half-widths "
           f"{100 * half:.1f})")
+    if variants:
+        v = hd["results"][("D", "seed_budget")]
+        print(f"the evolved best with react's step budget ({seed_h.budget.max_steps} instead of "
+              f"{best_h.budget.max_steps}; nothing else changed) {fmt(v)}, {100 * (v['success_rate'] - r['success_rate']):+.1f} "
+              f"points over react")
     if "E" in runs:
         e = hd["results"][("E", runs["E"]["best"])]
+        lower = e["ci95"][1] < b["ci95"][0]
         print(f"random search's best with the same episodes `{runs['E']['best']}` {fmt(e)}, "
-              f"{e['tokens_per_episode']:.0f} tokens/episode (evolved best: {b['tokens_per_episode']:.0f})")
+              f"{e['tokens_per_episode']:.0f} tokens/episode (evolved best: {b['tokens_per_episode']:.0f}); "
+              f"{'lower than the evolved best, the intervals apart' if lower else 'intervals overlap the evolved best'}")
     print("genes it changed: " + "; ".join(f"{g}: {v[0]!r} -> {v[1]!r}" for g, v in genes.items()))
 
 
