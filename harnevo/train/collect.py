@@ -41,7 +41,7 @@ from typing import Any
 from harnevo.errors import HarnevoError
 from harnevo.train.common import format_reply, load_train_harness, resolve_stage_games, thought_of
 from harnevo.train.config import CollectConfig
-from harnevo.train.manifest import check_same_inputs, write_manifest
+from harnevo.train.manifest import finished_before, write_manifest
 
 EPISODES = "episodes.jsonl"
 DATASET = "dataset"
@@ -150,9 +150,8 @@ def run_collect(cfg: CollectConfig, log=print) -> dict[str, Any]:
     inputs = {"harness_id": harness.id, "harness": cfg.harness, "teacher": cfg.teacher, "samples": cfg.samples,
               "games": [g.name for g in games], "split": games[0].split, "keep_failed": cfg.keep_failed,
               **({"perturb": cfg.perturb} if cfg.perturb else {})}
-    prior = check_same_inputs(cfg.out, "collect", inputs)
-    if prior is not None and prior.get("complete"):  # left as it is: later stages name its manifest's digest
-        log(f"collect: {cfg.out} is complete (same inputs); nothing to do")
+    prior = finished_before(cfg.out, "collect", inputs, log)
+    if prior is not None:
         return prior
     write_manifest(cfg.out, "collect", inputs=inputs, data_source=source, complete=False)
     (cfg.out / "harness.yaml").write_text(harness.to_yaml(), encoding="utf-8")

@@ -38,7 +38,7 @@ from harnevo.errors import HarnevoError, ModelCallError
 from harnevo.train.collect import DATASET, EPISODES, EpisodeLog, approx_row_tokens
 from harnevo.train.common import format_reply, load_train_harness, quiet_environment, resolve_stage_games
 from harnevo.train.config import DistillConfig
-from harnevo.train.manifest import check_same_inputs, write_manifest
+from harnevo.train.manifest import finished_before, write_manifest
 
 SUPERVISOR_NOTE = (
     "\n\nYou are the supervisor of a student agent that plays this game. You see the game through the rules and "
@@ -197,9 +197,8 @@ def run_distill(cfg: DistillConfig, log=print) -> dict[str, Any]:
               "student": cfg.student, "student_harness_id": student_h.id, "games": [g.name for g in games],
               "split": games[0].split, "baseline": cfg.baseline, "keep_failed": cfg.keep_failed,
               "supervisor_executes": cfg.supervisor_executes}
-    prior = check_same_inputs(cfg.out, "distill", inputs)
-    if prior is not None and prior.get("complete"):  # left as it is: later stages name its manifest's digest
-        log(f"distill: {cfg.out} is complete (same inputs); nothing to do")
+    prior = finished_before(cfg.out, "distill", inputs, log)
+    if prior is not None:
         return prior
     write_manifest(cfg.out, "distill", inputs=inputs, data_source=source, complete=False)
     episodes = EpisodeLog(cfg.out / EPISODES)

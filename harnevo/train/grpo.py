@@ -37,7 +37,7 @@ from harnevo.errors import HarnevoError
 from harnevo.train.common import (load_base, load_train_harness, peft_config, quiet_environment, quiet_progress,
                                   resolve_stage_games, save_checkpoint)
 from harnevo.train.config import GRPOConfig
-from harnevo.train.manifest import check_same_inputs, digest, write_manifest
+from harnevo.train.manifest import digest, finished_before, write_manifest
 from harnevo.train.rewards import cost_aware_reward, episode_reward, episode_stat
 
 UPDATES = "updates.jsonl"
@@ -207,9 +207,8 @@ def run_grpo(cfg: GRPOConfig, log=print) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     games, source = resolve_stage_games(cfg, out, log=log)
     inputs = inputs_of(cfg, harness, games)
-    prior = check_same_inputs(out, "grpo", inputs)
-    if prior is not None and prior.get("complete"):
-        log(f"grpo: {out} is complete (same inputs); nothing to do")
+    prior = finished_before(out, "grpo", inputs, log)
+    if prior is not None:
         return prior
     write_manifest(out, "grpo", inputs=inputs, data_source=source, complete=False)
     with quiet_progress():

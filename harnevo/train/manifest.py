@@ -62,4 +62,15 @@ def check_same_inputs(folder: Path, stage: str, inputs: dict[str, Any]) -> dict[
     return m
 
 
-__all__ = ["MANIFEST", "check_same_inputs", "digest", "read_manifest", "write_manifest"]
+def finished_before(folder: Path, stage: str, inputs: dict[str, Any], log=print) -> dict[str, Any] | None:
+    """The folder's manifest when `stage` already finished there with the same inputs (then nothing is redone
+    or rewritten: a later stage records this manifest's digest as its input); None when there is work to do.
+    A folder of another stage or of other inputs raises (check_same_inputs)."""
+    prior = check_same_inputs(folder, stage, inputs)
+    if prior is not None and prior.get("complete"):
+        log(f"{stage}: {folder} is complete (same inputs); nothing to do")
+        return prior
+    return None
+
+
+__all__ = ["MANIFEST", "check_same_inputs", "digest", "finished_before", "read_manifest", "write_manifest"]

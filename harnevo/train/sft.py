@@ -24,7 +24,7 @@ from harnevo.errors import HarnevoError
 from harnevo.train.collect import load_dataset_dir
 from harnevo.train.common import load_base, peft_config, quiet_environment, quiet_progress, save_checkpoint
 from harnevo.train.config import SFTConfig
-from harnevo.train.manifest import check_same_inputs, digest, write_manifest
+from harnevo.train.manifest import digest, finished_before, write_manifest
 
 LOSS_LOG = "loss.jsonl"
 
@@ -79,9 +79,8 @@ def run_sft(cfg: SFTConfig, log=print) -> dict[str, Any]:
     quiet_environment()
     out = Path(cfg.out)
     inputs = inputs_of(cfg)
-    prior = check_same_inputs(out, "sft", inputs)
-    if prior is not None and prior.get("complete"):
-        log(f"sft: {out} is complete (same inputs); nothing to do")
+    prior = finished_before(out, "sft", inputs, log)
+    if prior is not None:
         return prior
     ds = load_dataset_dir(Path(cfg.data)).select_columns(["prompt", "completion"])
     with quiet_progress():
