@@ -13,8 +13,9 @@ What it does (every stage through harnevo's own API; each writes under --out and
                only on the text of the prompt the student will see (where object types usually are, which
                receptacles the prompt shows unvisited), so what it does is learnable from that prompt.
                `--teacher expert` is ALFWorld's handcoded expert, which reads the hidden game state and walks
-               straight to the object: no prompt shows why. (At this CPU scale students of either teacher
-               have won no held-out game so far: README.) With the expert, each turn is perturbed with
+               straight to the object: no prompt shows why. (At this CPU scale only the text-only teacher's
+               students, after DAgger and with sampling, have won held-out games, too few to beat
+               sim/random by more than the CIs: README.) With the expert, each turn is perturbed with
                chance --perturb (a random admissible 'go to'; the expert recovers and that turn gives no
                row: DART).
   3. tokenizer a byte-level BPE (--vocab) trained on the text of both datasets and the three harnesses'
