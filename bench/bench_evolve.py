@@ -59,26 +59,20 @@ async def held_out(run_dirs: dict[str, Path], members: dict[str, list[str]], arg
     games, source = resolve_games(args.held_out, data=args.data, n=args.held_out_games, seed=args.seed)
     model = get_model(model_name)
     out = {}
+    folder = args.out / "held_out" / model_name.replace("/", "_").replace("?", "_")
     async with EnginePool(max_cached_games=max(32, len(games))) as pool:
         for run, ids in members.items():
             store = Store.open(run_dirs[run])
             try:
-                for bid in ids:
+                plays = [(bid, bid, {}) for bid in ids] + [(label, bid, fields) for label, (vrun, bid, fields)
+                                                           in (variants or {}).items() if vrun == run]
+                for key, bid, fields in plays:
                     h = store.harness(bid)
                     bank = learned_bank(store, h)
-                    r = await evaluate(h, model, games, pool, out=args.out / "held_out" / model_name.replace("/", "_")
-                                       .replace("?", "_") / bid, concurrency=args.concurrency, bank=bank,
-                                       freeze_bank=bank is not None)
-                    out[(run, bid)] = r.summary
-                for label, (vrun, bid, fields) in (variants or {}).items():
-                    if vrun != run:
-                        continue
-                    h = normalize(store.harness(bid).evolve(**fields))
-                    bank = learned_bank(store, store.harness(bid))
-                    r = await evaluate(h, model, games, pool, out=args.out / "held_out" / model_name.replace("/", "_")
-                                       .replace("?", "_") / f"{bid}-{label}", concurrency=args.concurrency,
-                                       bank=bank, freeze_bank=bank is not None)
-                    out[(run, label)] = r.summary
+                    played = normalize(h.evolve(**fields)) if fields else h
+                    r = await evaluate(played, model, games, pool, out=folder / (bid if key == bid else f"{bid}-{key}"),
+                                       concurrency=args.concurrency, bank=bank, freeze_bank=bank is not None)
+                    out[(run, key)] = r.summary
             finally:
                 store.close()
     return {"games": len(games), "source": source, "results": out}
