@@ -157,7 +157,8 @@ def build_base(args, datasets: list[Path], harnesses: list[str]) -> Path:
     heads = max(2, args.hidden // 32)
     config = Qwen3Config(vocab_size=len(tok), hidden_size=args.hidden, intermediate_size=args.hidden * 3,
                          num_hidden_layers=args.layers, num_attention_heads=heads,
-                         num_key_value_heads=max(1, heads // 2), head_dim=args.hidden // heads,
+                         num_key_value_heads=heads // 2 if heads % 2 == 0 else heads,  # must divide the heads
+                         head_dim=args.hidden // heads,
                          max_position_embeddings=args.context, tie_word_embeddings=True,
                          bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
     torch.manual_seed(args.seed)
