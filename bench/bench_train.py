@@ -214,7 +214,7 @@ def pretrain(model, tok, datasets: list[Path], args) -> dict:
         opt.step()
         sched.step()
         opt.zero_grad()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if i % max(1, steps // 10) == 0 or i == steps - 1:
             log(f"pretrain: step {i + 1}/{steps} loss {losses[-1]:.3f}")
     model.eval()
