@@ -1,7 +1,7 @@
 """Two small students trained from scratch on CPU, one per harness, measured on official valid_unseen.
 
     python bench/bench_train.py --data ../shared/alfworld                       # the defaults below
-    (the settings of the README's attempt 7: about 2.5 hours on a 2-core CPU)
+    (the settings of the README's attempt 8: about 3.5 hours on a 2-core CPU)
     python bench/bench_train.py --data ../shared/alfworld --bpe-harness runs/r1:best --eval-games 134
 
 What it does (every stage through harnevo's own API; each writes under --out and a re-run resumes it):
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-steps", type=int, default=500)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--dagger-rounds", type=int, default=4,
+    p.add_argument("--dagger-rounds", type=int, default=8,
                    help="rounds of DAgger after SFT: the student plays the generated games, the teacher labels "
                         "each state, SFT goes on from the student on all rows so far")
     p.add_argument("--dagger-executes", type=float, default=0.5,
