@@ -16,8 +16,8 @@ What it does (every stage through harnevo's own API; each writes under --out and
                `--teacher expert` is ALFWorld's handcoded expert, which reads the hidden game state and walks
                straight to the object: no prompt shows why. (At this CPU scale only the text-only teacher's
                students, after DAgger and with sampling, have won held-out games: README.) With the
-               expert, each turn is perturbed with chance --perturb (a random admissible 'go to'; the expert recovers and that turn gives no
-               row: DART).
+               expert, each turn is perturbed with chance --perturb (a random admissible 'go to'; the
+               expert recovers and that turn gives no row: DART).
   3. tokenizer a byte-level BPE (--vocab) trained on the text of both datasets and the three harnesses'
                templates, with the ChatML template of harnevo.models.tiny; one random-init Qwen3-style model
                (--hidden, --layers; a fixed seed) built from it and pretrained from scratch with a language-model
