@@ -101,6 +101,24 @@ def ensure_games(args) -> Path:
     return root
 
 
+def dagger_games(args, r: int, games_root: Path) -> tuple[Path, int | None]:
+    """The games DAgger round r plays: from round --dagger-fresh-from on, --dagger-fresh-games games generated
+    for that round alone (generator seed 1000 x --gen-seed + r, under OUT/games_dagger{r}; none is a
+    collection game); before it, the seeded sample of the collection games (the same sample every round)."""
+    from harnevo.envs.generate import generate, read_manifest, split_dir
+
+    if not args.dagger_fresh_from or r < args.dagger_fresh_from:
+        return games_root, args.dagger_games
+    root = args.out / f"games_dagger{r}"
+    if read_manifest(split_dir(root, GEN_SPLIT)) is None:
+        n, seed = args.dagger_fresh_games, 1000 * args.gen_seed + r
+        t0 = time.perf_counter()
+        log(f"games: generating {n} fresh games for DAgger round {r} (seed {seed}) into {root}")
+        rep = generate(root, n, seed=seed, split=GEN_SPLIT, workers=args.workers, overwrite=True)
+        log(f"games: {rep.games} games in {time.perf_counter() - t0:.0f} s")
+    return root, None
+
+
 # ------------------------------------------------------------------ 2. collect (one process per harness)
 
 def collect_job(harness: str, teacher: str, games_root: str, out: str, n_games: int | None, max_steps: int,
@@ -429,6 +447,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="chance per turn that the teacher's command runs in a DAgger round (else the student's)")
     p.add_argument("--dagger-games", type=int, default=60,
                    help="a seeded sample of the generated games played in each DAgger round (0: all)")
+    p.add_argument("--dagger-fresh-from", type=int, default=0,
+                   help="from this DAgger round on, each round plays --dagger-fresh-games games generated for it "
+                        "alone (never seen in training); 0: every round plays the same seeded sample of the "
+                        "collection games")
+    p.add_argument("--dagger-fresh-games", type=int, default=150, help="games generated for each such round")
     p.add_argument("--dagger-steps", type=int, default=250, help="SFT steps per DAgger round")
     p.add_argument("--temperature", type=float, default=0.7,
                    help="students sample at this temperature (seeded by the prompt) in DAgger rounds and at "
@@ -491,10 +514,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(1, args.dagger_rounds + 1):
         t = time.perf_counter()
         ddirs = {name: args.out / f"dagger{r}_{name}" for name in students}
+        round_games, round_sample = dagger_games(args, r, games_root)
         with ProcessPoolExecutor(2, mp_context=ctx) as ex:
-            futs = {name: ex.submit(dagger_job, ref, args.teacher, f"hf/{ckpt[name]}", str(games_root),
+            futs = {name: ex.submit(dagger_job, ref, args.teacher, f"hf/{ckpt[name]}", str(round_games),
                                     str(ddirs[name]), args.max_steps, args.dagger_executes,
-                                    sampling_harness(ref, args.temperature, args.out), args.dagger_games)
+                                    sampling_harness(ref, args.temperature, args.out), round_sample)
                     for name, ref in students.items()}
             for name, f in futs.items():
                 dagger[name].append(f.result())
@@ -550,9 +574,12 @@ def main(argv: list[str] | None = None) -> int:
                              f"{args.samples} samples" + (f", perturbation {args.perturb} (random 'go to' turns, no row)"
                                                          if args.perturb else "") + ", "
                              f"{args.sft_steps} steps x batch {args.batch_size}"
-                             + (f"; then {args.dagger_rounds} DAgger round(s): the student plays the same games, "
-                                f"the teacher labels every state it reaches (its command runs with chance "
-                                f"{args.dagger_executes}), {args.dagger_steps} more SFT steps on all rows"
+                             + (f"; then {args.dagger_rounds} DAgger round(s): the student plays "
+                                + (f"{args.dagger_games} of" if args.dagger_games else "all") + " the same games"
+                                + (f" (from round {args.dagger_fresh_from} on, {args.dagger_fresh_games} games "
+                                   f"generated for each round, never trained on before)" if args.dagger_fresh_from
+                                   else "") + ", the teacher labels every state it reaches (its command runs with "
+                                f"chance {args.dagger_executes}), {args.dagger_steps} more SFT steps on all rows"
                                 if args.dagger_rounds else ""),
         "pretrain_text": (f"{meta['pretrain']['steps']} steps x 8 x {meta['pretrain']['length']} tokens, loss "
                           f"{meta['pretrain']['first_loss']:.2f} -> {meta['pretrain']['last_loss']:.2f}")
@@ -569,7 +596,8 @@ def main(argv: list[str] | None = None) -> int:
 
     sft_line = "; ".join(f"{n}: {sft_of(trained[n].get('first_sft', trained[n]))}" for n in students)
     dagger_lines = [
-        f"DAgger round {i + 1}, {n}: the student played {d['games']} generated games under its harness, the "
+        f"DAgger round {i + 1}, {n}: the student played {d['games']} generated games"
+        f"{' (fresh)' if args.dagger_fresh_from and i + 1 >= args.dagger_fresh_from else ''} under its harness, the "
         f"teacher's command ran with chance {args.dagger_executes}, else the student's; the teacher disagreed with "
         f"{100 * d['intervention_rate']:.0f}% of the student's commands; {100 * d['success_with_supervisor']:.0f}% "
         f"won; {d['rows']} labelled rows, then {args.dagger_steps} SFT steps from the student on all rows so far"
