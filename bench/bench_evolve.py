@@ -45,7 +45,8 @@ def evolve(name: str, args, **overrides) -> dict:
     cfg = parse_config({"model": args.model, "seeds": "react,bpe_always_on,bpe_inline", "split": args.split,
                         "games": args.games, "data": str(args.data) if args.data else None,
                         "population": args.population, "generations": args.generations, "seed": args.seed,
-                        "concurrency": args.concurrency, "max_steps": args.max_steps, **overrides})
+                        "concurrency": args.concurrency, "max_steps": args.max_steps,
+                        "mutation_steps": args.mutation_steps, **overrides})
     t0 = time.perf_counter()
     summary = run_evolve(cfg, args.out / name)
     summary["bench_wall"] = time.perf_counter() - t0
@@ -97,6 +98,7 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--mutation-steps", type=int, default=1, help="mutations chained into each mutant (every run)")
     p.add_argument("--out", type=Path, default=Path("runs/bench_evolve"))
     p.add_argument("--skip", default="", help="runs to skip, e.g. B,C,D")
     args = p.parse_args()

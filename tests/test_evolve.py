@@ -182,3 +182,26 @@ def test_an_episode_budget_is_never_passed(alfworld_data, tmp_path):
     finally:
         store.close()
     assert json.loads((run_dir / "summary.json").read_text())["stopped_by_budget"] is True
+
+
+def test_mutation_steps_from_a_config_file_chain_mutations(alfworld_data, tmp_path):
+    from harnevo.evolve.config import parse_config
+
+    assert "mutation_steps" not in parse_config({}).to_json()  # runs made before the key keep their config hash
+    (tmp_path / "run.yaml").write_text("mutation_steps: 2\n")
+    run_dir = tmp_path / "chained"
+    args = [a for a in SMALL]
+    i = args.index("--generations")
+    del args[i:i + 2]
+    r = _cli("evolve", *args, "--episodes", "16", "--config", str(tmp_path / "run.yaml"), "--data", str(alfworld_data),
+             "--run-dir", str(run_dir))
+    assert r.returncode == 0, r.stderr[-3000:]
+    from harnevo.population.store import Store
+
+    store = Store.open(run_dir)
+    try:
+        mutants = [row for row in store.harness_rows() if row["parents"]]
+        assert mutants and all(len(row["operator"].split("+")) >= 2 for row in mutants)
+        assert store.config()["mutation_steps"] == 2
+    finally:
+        store.close()

@@ -389,6 +389,25 @@ def test_a_mutation_after_a_crossover_keeps_the_crossover_lineage():
     assert both.detail["genes"] == {k: [x, y] for k, (x, y) in changed_genes(a, m.harness).items()}
 
 
+def test_a_chain_of_mutations_is_one_child_of_the_parent():
+    react = load_harness("react")
+    base = normalize(react)
+    sizes = []
+    for s in range(12):
+        child, _ = mutate(react, random.Random(s), steps=3)
+        again, _ = mutate(react, random.Random(s), steps=3)
+        assert child.harness.behaviour_id == again.harness.behaviour_id  # the same rng, the same chain
+        assert child.parents == (base.behaviour_id,) and child.harness.behaviour_id != base.behaviour_id
+        assert len(child.detail["steps"]) >= 3 and child.operator == "+".join(child.detail["steps"])
+        assert child.detail["genes"] == {k: [x, y] for k, (x, y) in changed_genes(base, child.harness).items()}
+        sizes.append(len(child.detail["genes"]))
+        one, _ = mutate(react, random.Random(s))
+        assert "steps" not in one.detail and "+" not in one.operator
+    assert max(sizes) >= 3  # a chain changes several genes (single mutations change one or two)
+    with pytest.raises(ValueError):
+        mutate(react, random.Random(0), steps=0)
+
+
 # --- the toolbox ---------------------------------------------------------------------------------------------
 def test_settings_are_validated_with_one_line_messages():
     build_toolbox(SearchSettings(), random.Random(0))
@@ -401,7 +420,8 @@ def test_settings_are_validated_with_one_line_messages():
                      (dict(objectives=("success",), population=2, elite=2), "elite"),
                      (dict(tournament_size=0), "tournament_size"),
                      (dict(crossover_prob=1.5), "crossover_prob"),
-                     (dict(population=4.0), "whole number")]:
+                     (dict(population=4.0), "whole number"),
+                     (dict(mutation_steps=0), "mutation_steps")]:
         with pytest.raises(SearchConfigError, match=why) as e:
             build_toolbox(SearchSettings(**bad), random.Random(0))
         assert "\n" not in str(e.value) and isinstance(e.value, (ValueError, HarnevoError))

@@ -47,6 +47,8 @@ class EvolveConfig(BaseModel):
     workers: Optional[int] = Field(None, ge=1, description="engine worker processes (default: one per core)")
     crossover_prob: float = Field(0.5, ge=0.0, le=1.0, description="chance that offspring come from crossover")
     mutation_prob: float = Field(1.0, ge=0.0, le=1.0, description="chance that a crossover child is mutated too")
+    mutation_steps: int = Field(1, ge=1, le=8, description="mutations chained into each mutant (1: one operator, "
+                                "mostly one gene, per mutation)")
     tournament_size: int = Field(3, ge=2, le=64, description="tournament size (single-objective selection)")
     elite: int = Field(2, ge=0, description="best candidates kept as they are (single-objective selection)")
     experience_lag: int = Field(16, ge=1, description="episode i reads lessons of episodes 0..i-lag")
@@ -109,12 +111,14 @@ class EvolveConfig(BaseModel):
         return "generations", 10
 
     def to_json(self) -> dict[str, Any]:
-        """The config as stored (and hashed) by the run; without a mutator its settings are left out, so runs
-        made before they existed keep their config hash and resume."""
+        """The config as stored (and hashed) by the run; without a mutator its settings are left out, and
+        mutation_steps at its default 1, so runs made before they existed keep their config hash and resume."""
         data = self.model_dump(mode="json")
         if self.mutator_model is None:
             for k in MUTATOR_KEYS:
                 data.pop(k)
+        if self.mutation_steps == 1:
+            data.pop("mutation_steps")
         return data
 
 

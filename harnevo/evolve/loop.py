@@ -138,10 +138,12 @@ class Evolution:
         return random_harness(self.rng, self.seeds)[0]
 
     async def _mutate(self, parent: Harness, gen: int):
-        """One mutant of `parent` (the reflective operator among them when the run has a mutator)."""
+        """One mutant of `parent`, `mutation_steps` mutations in a row (the reflective operator among them
+        when the run has a mutator)."""
         from harnevo.evolve.operators import OperatorContext, amutate
 
-        return (await amutate(parent, self.rng, self.registry, OperatorContext(generation=gen)))[0]
+        return (await amutate(parent, self.rng, self.registry, OperatorContext(generation=gen),
+                              steps=self.cfg.mutation_steps))[0]
 
     async def _offspring(self, population: list[str], gen: int) -> list[Harness]:
         from harnevo.evolve.operators import VariationError, crossover

@@ -99,14 +99,15 @@ class Child:
     detail: dict[str, Any]
 
     def after(self, first: "Child") -> "Child":
-        """This child as one step from `first`'s parents: for a mutation of a crossover child. The genes
-        are those changed from `first`'s primary parent (changes that cancel out are gone)."""
+        """This child as one step from `first`'s parents: for a mutation of a crossover child, or a chain of
+        mutations. The genes are those changed from `first`'s primary parent (changes that cancel out are
+        gone); `steps` lists the operators in order."""
         genes = {k: list(v) for k, v in first.detail.get("genes", {}).items()}
         for k, (old, new) in self.detail.get("genes", {}).items():
             genes[k] = [genes[k][0] if k in genes else old, new]
         genes = {k: v for k, v in genes.items() if v[0] != v[1]}
         return Child(self.harness, first.parents, f"{first.operator}+{self.operator}",
-                     {"genes": genes, "steps": [first.operator, self.operator]})
+                     {"genes": genes, "steps": [*first.detail.get("steps", [first.operator]), self.operator]})
 
 
 MutationFn = Callable[[Harness, random.Random, OperatorContext], "Proposal | None | Awaitable[Proposal | None]"]
@@ -522,6 +523,24 @@ def _mutation(parent: Harness, rng: random.Random, registry: Registry, ctx: Oper
                          f"({invalid} invalid, {no_op} without effect)")
 
 
+def _mutations(parent: Harness, rng: random.Random, registry: Registry, ctx: OperatorContext | None,
+               attempts: int, steps: int) -> Generator[Step, Any, tuple[Child, int]]:
+    """`steps` mutations in a row as one child (its genes those changed from `parent`); a chain that comes
+    back to `parent`'s behaviour (a step undone by a later one) takes one more step, within `attempts`."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    child, invalid = yield from _mutation(parent, rng, registry, ctx, attempts)
+    pid, done, extra = child.parents[0], 1, 0
+    while done < steps or child.harness.behaviour_id == pid:
+        if extra > attempts:
+            raise VariationError(f"no chain of {steps} mutations of harness {parent.name!r} leaves its behaviour "
+                                 f"in {attempts} extra steps")
+        extra += done >= steps
+        nxt, inv = yield from _mutation(child.harness, rng, registry, ctx, attempts)
+        child, invalid, done = nxt.after(child), invalid + inv, done + 1
+    return child, invalid
+
+
 def _crossing(a: Harness, b: Harness, rng: random.Random, registry: Registry, ctx: OperatorContext | None,
               attempts: int) -> Generator[Step, Any, tuple[Child, Child, int]]:
     ctx = ctx or OperatorContext()
@@ -600,16 +619,18 @@ async def _adrive(gen: Generator[Step, Any, Any]) -> Any:
 
 # --- the public API -----------------------------------------------------------------------------------------
 def mutate(parent: Harness, rng: random.Random, registry: Registry = DEFAULT, ctx: OperatorContext | None = None,
-           attempts: int = DEFAULT_ATTEMPTS) -> tuple[Child, int]:
-    """(a new, valid, normalized child of `parent`, invalid tries). Raises VariationError when no
+           attempts: int = DEFAULT_ATTEMPTS, steps: int = 1) -> tuple[Child, int]:
+    """(a new, valid, normalized child of `parent`, invalid tries). With `steps` > 1 the child is that many
+    mutations in a row (operator 'a+b+...', genes those changed from `parent`). Raises VariationError when no
     operator applies or `attempts` tries gave nothing new."""
-    return _drive(_mutation(parent, rng, registry, ctx, attempts))
+    return _drive(_mutations(parent, rng, registry, ctx, attempts, steps))
 
 
 async def amutate(parent: Harness, rng: random.Random, registry: Registry = DEFAULT,
-                  ctx: OperatorContext | None = None, attempts: int = DEFAULT_ATTEMPTS) -> tuple[Child, int]:
+                  ctx: OperatorContext | None = None, attempts: int = DEFAULT_ATTEMPTS,
+                  steps: int = 1) -> tuple[Child, int]:
     """`mutate` for registries with async operators."""
-    return await _adrive(_mutation(parent, rng, registry, ctx, attempts))
+    return await _adrive(_mutations(parent, rng, registry, ctx, attempts, steps))
 
 
 def crossover(a: Harness, b: Harness, rng: random.Random, registry: Registry = DEFAULT,

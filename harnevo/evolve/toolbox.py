@@ -4,7 +4,8 @@ strategies of one run, every random choice drawn from `rng`.
 Registered on the toolbox (items are behaviour ids, Harnesses or Individuals; `fitness` maps behaviour id
 to fitness values, or is None for Individuals, whose `.fitness` is read):
   individual(harness, origin=None)         -> Individual with an invalid fitness of the run's arity
-  mutate(parent, ctx=None)                 -> (Child, invalid tries)            operators.mutate
+  mutate(parent, ctx=None)                 -> (Child, invalid tries)            operators.mutate, mutation_steps
+                                              mutations in a row
   mate(a, b, ctx=None)                     -> (Child, Child, invalid tries)     operators.crossover
   vary(parents)                            -> (children, invalid tries): consecutive pairs crossed with
                                               crossover_prob (a pair that cannot be crossed is not), then
@@ -108,6 +109,7 @@ class SearchSettings:
     elite: int = 2
     crossover_prob: float = 0.5
     mutation_prob: float = 1.0
+    mutation_steps: int = 1
 
 
 def check_settings(config: Any) -> tuple[str, ...]:
@@ -126,6 +128,9 @@ def check_settings(config: Any) -> tuple[str, ...]:
         raise SearchConfigError(f"tournament_size must be at least 1, got {size}")
     if not 0 <= elite < pop:
         raise SearchConfigError(f"elite ({elite}) must be at least 0 and smaller than the population ({pop})")
+    steps = config.mutation_steps
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise SearchConfigError(f"mutation_steps must be a whole number of at least 1, got {steps!r}")
     for name in ("crossover_prob", "mutation_prob"):
         p = getattr(config, name)
         if not (isinstance(p, (int, float)) and 0.0 <= p <= 1.0):
@@ -149,7 +154,7 @@ def build_toolbox(config: Any, rng: random.Random, registry: Registry = DEFAULT)
         return Individual(harness, len(objectives), origin)
 
     def mutate_(parent: Any, ctx: OperatorContext | None = None) -> tuple[Child, int]:
-        return mutate(_harness(parent), rng, registry, ctx)
+        return mutate(_harness(parent), rng, registry, ctx, steps=config.mutation_steps)
 
     def mate(a: Any, b: Any, ctx: OperatorContext | None = None) -> tuple[Child, Child, int]:
         return crossover(_harness(a), _harness(b), rng, registry, ctx)
@@ -175,7 +180,7 @@ def build_toolbox(config: Any, rng: random.Random, registry: Registry = DEFAULT)
         for group in groups:
             for h, child in group:
                 if rng.random() < config.mutation_prob:
-                    m, n = mutate(h, rng, registry)
+                    m, n = mutate(h, rng, registry, steps=config.mutation_steps)
                     invalid += n
                     child = m.after(child) if child is not None else m
                 if child is not None:
