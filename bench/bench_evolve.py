@@ -100,7 +100,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--mutation-steps", type=int, default=2,
-                   help="mutations chained into each mutant, every run (README: 2 beat 1 on both seeds tried)")
+                   help="mutations chained into each mutant, every run (README: 2 beat 1 on run A, not on D)")
     p.add_argument("--out", type=Path, default=Path("runs/bench_evolve"))
     p.add_argument("--skip", default="", help="runs to skip, e.g. B,C,D")
     args = p.parse_args()
