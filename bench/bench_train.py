@@ -3,6 +3,8 @@
     python bench/bench_train.py --data ../shared/alfworld                       # the defaults below
     (the settings of the README's attempt 8: about 3.5 hours on a 2-core CPU)
     python bench/bench_train.py --data ../shared/alfworld --bpe-harness runs/r1:best --eval-games 134
+    python bench/bench_train.py --data ../shared/alfworld --students react --layers 4 --dagger-fresh-from 1
+    (--students trains one of the two; the table then holds its rows and sim/random's)
 
 What it does (every stage through harnevo's own API; each writes under --out and a re-run resumes it):
   1. games     --games new ALFWorld games from harnevo's generator (harnevo.envs.generate; synthetic,
@@ -420,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=None, help="folder holding official json_2.1.1 (default $ALFWORLD_DATA)")
     p.add_argument("--out", type=Path, default=Path("runs/bench_train"))
     p.add_argument("--bpe-harness", default="bpe_always_on", help="seed, harness file or RUN_DIR:best")
+    p.add_argument("--students", default="react,bpe", help="which students to train: 'react', 'bpe' or both "
+                   "(one student leaves the second core to its engine worker and evaluation)")
     p.add_argument("--games", type=int, default=200, help="generated games for collection")
     p.add_argument("--gen-seed", type=int, default=1)
     p.add_argument("--games-dir", default=None, help="reuse generated games from this folder")
@@ -479,7 +483,11 @@ def main(argv: list[str] | None = None) -> int:
 
     bpe_ref = args.bpe_harness
     bpe_name = load_train_harness(bpe_ref)[0].name
-    students = {"react": "react", bpe_name: bpe_ref}
+    wanted = [w.strip() for w in args.students.split(",") if w.strip()]
+    if not wanted or set(wanted) - {"react", "bpe"}:
+        p.error(f"--students {args.students!r}: give 'react', 'bpe' or 'react,bpe'")
+    students = {name: ref for key, name, ref in (("react", "react", "react"), ("bpe", bpe_name, bpe_ref))
+                if key in wanted}
 
     t = time.perf_counter()
     games_root = ensure_games(args)
@@ -540,17 +548,20 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     ev = args.out / "eval"
     label = {}
-    plans = []
-    for i, (name, ref) in enumerate(students.items()):
+    jobs = []
+    for name, ref in students.items():
         model = f"hf/{ckpt[name]}"
-        jobs = [(str(ev / f"{name}__under_{name}"), ref, model), (str(ev / f"{name}__under_{MINIMAL}"), MINIMAL, model),
+        mine = [(str(ev / f"{name}__under_{name}"), ref, model), (str(ev / f"{name}__under_{MINIMAL}"), MINIMAL, model),
                 (str(ev / f"random__under_{name}"), ref, RANDOM)]
-        label.update({jobs[0][0]: (f"student ({name})", name, name), jobs[1][0]: (f"student ({name})", name, MINIMAL),
-                      jobs[2][0]: (RANDOM, "-", name)})
-        if i == 1:
-            jobs.append((str(ev / f"random__under_{MINIMAL}"), MINIMAL, RANDOM))
-            label[jobs[-1][0]] = (RANDOM, "-", MINIMAL)
-        plans.append(jobs)
+        label.update({mine[0][0]: (f"student ({name})", name, name), mine[1][0]: (f"student ({name})", name, MINIMAL),
+                      mine[2][0]: (RANDOM, "-", name)})
+        jobs += mine
+    jobs.append((str(ev / f"random__under_{MINIMAL}"), MINIMAL, RANDOM))
+    label[jobs[-1][0]] = (RANDOM, "-", MINIMAL)
+    # two processes: each student's own-harness row leads one of them; the rest is dealt out in turn
+    plans = [[], []]
+    for j in sorted(jobs, key=lambda j: label[j[0]][2] != label[j[0]][1] or label[j[0]][0] == RANDOM):
+        min(plans, key=len).append(j)
     with ProcessPoolExecutor(2, mp_context=ctx) as ex:
         futs = [ex.submit(eval_job, jobs, args.data, args.eval_games, args.eval_seed, args.max_steps, args.max_tokens,
                           args.concurrency, args.temperature) for jobs in plans]
@@ -570,15 +581,17 @@ def main(argv: list[str] | None = None) -> int:
                     f"the simulated text-only teacher `{args.teacher}` (it acts only on the prompt's text)"
                     if args.teacher.startswith("sim/") else f"the teacher `{args.teacher}`"),
         "collect": ", ".join(f"{n}: {c[n]['rows']} rows from {c[n]['wins']}/{c[n]['episodes']} won episodes"
-                             for n in students) + f" of {c['react']['games']} generated (synthetic) games x "
+                             for n in students) + f" of {next(iter(c.values()))['games']} generated (synthetic) games x "
                              f"{args.samples} samples" + (f", perturbation {args.perturb} (random 'go to' turns, no row)"
                                                          if args.perturb else "") + ", "
                              f"{args.sft_steps} steps x batch {args.batch_size}"
                              + (f"; then {args.dagger_rounds} DAgger round(s): the student plays "
-                                + (f"{args.dagger_games} of" if args.dagger_games else "all") + " the same games"
-                                + (f" (from round {args.dagger_fresh_from} on, {args.dagger_fresh_games} games "
-                                   f"generated for each round, never trained on before)" if args.dagger_fresh_from
-                                   else "") + ", the teacher labels every state it reaches (its command runs with "
+                                + (f"{args.dagger_fresh_games} games generated for each round, never trained on "
+                                   "before" if args.dagger_fresh_from == 1 else
+                                   (f"{args.dagger_games} of" if args.dagger_games else "all") + " the same games"
+                                   + (f" (from round {args.dagger_fresh_from} on, {args.dagger_fresh_games} games "
+                                      f"generated for each round, never trained on before)" if args.dagger_fresh_from
+                                      else "")) + ", the teacher labels every state it reaches (its command runs with "
                                 f"chance {args.dagger_executes}), {args.dagger_steps} more SFT steps on all rows"
                                 if args.dagger_rounds else ""),
         "pretrain_text": (f"{meta['pretrain']['steps']} steps x 8 x {meta['pretrain']['length']} tokens, loss "
