@@ -11,7 +11,8 @@ pytest.importorskip("datasets")
 pytest.importorskip("transformers")
 
 from harnevo.train.config import DistillConfig, load_config  # noqa: E402
-from harnevo.train.distill import run_distill  # noqa: E402
+from harnevo.train.common import default_thought  # noqa: E402
+from harnevo.train.distill import run_distill, same_prompt_program  # noqa: E402
 
 
 def _admissible(user_message: str) -> list[str]:
@@ -71,6 +72,20 @@ def test_dagger_runs_the_students_commands_and_labels_them_with_the_supervisors(
     # what ran is the student's: the next prompt's history shows it
     for i in range(len(ds) - 1):
         assert f"> {ran[i]}\n" in ds[i + 1]["prompt"][1]["content"]
+    # supervisor and student see the same prompts (react): each target carries the supervisor's own thought,
+    # as a collect row does, not a gloss of the command
+    thoughts = [r["completion"][0]["content"].split("\n", 1)[0] for r in ds]
+    assert all(t.startswith("Think: ") for t in thoughts)
+    assert not any(t == f"Think: {default_thought(a)}" for t, a in zip(thoughts, targets)), thoughts
     m = json.loads((out / "manifest.json").read_text())
     assert m["inputs"]["supervisor_executes"] == 0.0 and m["reviewed"] == 10
+
+
+def test_the_supervisors_thought_is_kept_only_when_it_sees_what_the_student_sees():
+    from harnevo.harness.spec import load_harness
+
+    react = load_harness("react")
+    assert same_prompt_program(react, react.evolve(model={"temperature": 0.7, "max_tokens": 64}))
+    assert not same_prompt_program(load_harness("bpe_always_on"), react)
+    assert not same_prompt_program(react, react.evolve(memory={"history_window": 3}))
 

@@ -14,7 +14,12 @@ the turn goes to the engine with it (a student that cannot yet write the format 
 
 The corrected trajectories become an SFT dataset in the form `train collect` writes: one row per
 executed action, `prompt` = the student's messages (its context under `minimal`), `completion` = the
-final (approved or replaced) action in the student harness's reply format.
+final (approved or replaced) action in the student harness's reply format. Where that format asks for a
+thought and the supervisor sees the game through the same prompt program as the student (the same harness
+up to sampling settings: DAgger of a student under its own teacher's harness), the target's thought is the
+supervisor's own for that command, as in a `train collect` row; otherwise it is a plain gloss of the
+command (`default_thought`), since a thought written from a richer view may name what the student's
+prompt does not show.
 
 With `supervisor_executes` below 1 (DAgger, Ross et al. 2011) the supervisor still chooses a command every
 turn and that command is the row's target, but it is run only with that chance per turn (seeded by game
@@ -36,7 +41,7 @@ from typing import Any
 
 from harnevo.errors import HarnevoError, ModelCallError
 from harnevo.train.collect import DATASET, EPISODES, EpisodeLog, approx_row_tokens
-from harnevo.train.common import format_reply, load_train_harness, quiet_environment, resolve_stage_games
+from harnevo.train.common import format_reply, load_train_harness, quiet_environment, resolve_stage_games, thought_of
 from harnevo.train.config import DistillConfig
 from harnevo.train.manifest import finished_before, write_manifest
 
@@ -50,13 +55,16 @@ SUPERVISOR_NOTE = (
 class HarnessSupervisor:
     """A `Supervisor` (runtime/session.py) for one episode: `model` under `harness`'s rules."""
 
-    def __init__(self, harness, model, *, sample: int = 0, bank=None, executes: float = 1.0, seed: str = ""):
+    def __init__(self, harness, model, *, sample: int = 0, bank=None, executes: float = 1.0, seed: str = "",
+                 keep_thoughts: bool = False):
         from harnevo.runtime.session import HarnessProgram
 
         self.harness, self.model, self.sample = harness, model, sample
         self.executes = executes  # the chance per turn that the supervisor's command runs (DAgger below 1)
         self.rng = random.Random(f"dagger/{seed}/{sample}")
         self.labels: dict[int, str] = {}  # turn index -> the supervisor's command (the row's target)
+        self.keep_thoughts = keep_thoughts  # keep the supervisor's thought for its own command (same view)
+        self.thoughts: dict[int, str] = {}  # turn index -> that thought
         self.program = HarnessProgram(harness)
         self.bank = bank
         self.ws = None
@@ -119,6 +127,9 @@ class HarnessSupervisor:
         self.reviews += 1
         self.replaced += int(final != action)
         self.labels[prompt.turn] = final
+        thought = thought_of(reply.text) if self.keep_thoughts and final == choice else None
+        if thought:
+            self.thoughts[prompt.turn] = thought
         run = final
         if self.executes < 1.0 and action in admissible and self.rng.random() >= self.executes:
             run = action  # DAgger: the student's own command runs; the supervisor's is the target
@@ -165,9 +176,10 @@ async def play_supervised(program, student, pool, game, sup: HarnessSupervisor |
 
 
 def rows_of(traj, student_harness, label: str, own: list[str],
-            labels: dict[int, str] | None = None) -> list[dict[str, Any]]:
+            labels: dict[int, str] | None = None, thoughts: dict[int, str] | None = None) -> list[dict[str, Any]]:
     """One row per executed action; its target is the supervisor's command of that turn (`labels`, by turn),
-    which is the executed one unless the student's own ran (DAgger)."""
+    which is the executed one unless the student's own ran (DAgger), with the supervisor's thought for it
+    (`thoughts`, by turn) where there is one, else a gloss of the command."""
     rows = []
     for i, t in enumerate(traj.turns):
         if not t.executed:
@@ -178,7 +190,8 @@ def rows_of(traj, student_harness, label: str, own: list[str],
         if target != t.executed:
             note = f"labelled; the student's '{t.executed}' ran"
         rows.append({"prompt": [dict(m) for m in t.messages],
-                     "completion": [{"role": "assistant", "content": format_reply(student_harness, target)}],
+                     "completion": [{"role": "assistant",
+                                     "content": format_reply(student_harness, target, (thoughts or {}).get(i))}],
                      "game": traj.game, "sample": traj.sample, "turn": i, "harness_id": student_harness.id,
                      "teacher": label, "proposed": proposed, "supervisor": note})
     return rows
@@ -212,6 +225,12 @@ def run_distill(cfg: DistillConfig, log=print) -> dict[str, Any]:
     return _finish(cfg, harness, student_h, games, kinds, source, inputs, episodes, log)
 
 
+def same_prompt_program(a, b) -> bool:
+    """Whether harnesses `a` and `b` render the same prompts: equal up to name, description and the model's
+    sampling settings."""
+    return a.evolve(model=b.model.model_dump(mode="json")).behaviour_id == b.behaviour_id
+
+
 def _key(game, kind: str) -> str:
     return f"{kind}/{game.split}/{game.name}"
 
@@ -225,15 +244,16 @@ async def _play(cfg: DistillConfig, harness, bank, student_h, todo, episodes: Ep
     student = get_model(cfg.student, api_base=cfg.api_base)
     supervisor_model = get_model(cfg.supervisor, api_base=cfg.api_base)
     program = HarnessProgram(student_h)
+    same_view = same_prompt_program(harness, student_h)
     sup_bank = bank or ExperienceBank(None, size=harness.memory.experience_bank_size)
     sem = asyncio.Semaphore(cfg.concurrency)
 
     async def one(game, kind, pool) -> None:
         async with sem:
             sup = HarnessSupervisor(harness, supervisor_model, bank=sup_bank, executes=cfg.supervisor_executes,
-                                    seed=game.name) if kind == "supervised" else None
+                                    seed=game.name, keep_thoughts=same_view) if kind == "supervised" else None
             traj, own = await play_supervised(program, student, pool, game, sup)
-            rows = rows_of(traj, student_h, f"distill:{cfg.supervisor}", own, sup.labels) \
+            rows = rows_of(traj, student_h, f"distill:{cfg.supervisor}", own, sup.labels, sup.thoughts) \
                 if kind == "supervised" and traj.ok and (traj.success or cfg.keep_failed) else []
             reviewed = sup.reviews if sup is not None else 0
             replaced = sup.replaced if sup is not None else 0
@@ -302,4 +322,4 @@ def _finish(cfg, harness, student_h, games, kinds, source, inputs, episodes: Epi
     return summary
 
 
-__all__ = ["HarnessSupervisor", "SUPERVISOR_NOTE", "run_distill"]
+__all__ = ["HarnessSupervisor", "SUPERVISOR_NOTE", "run_distill", "same_prompt_program"]
