@@ -121,6 +121,15 @@ def dagger_games(args, r: int, games_root: Path) -> tuple[Path, int | None]:
     return root, None
 
 
+def dagger_games_text(args) -> str:
+    """The games the DAgger rounds play (dagger_games above), in words for the report."""
+    fresh = f"{args.dagger_fresh_games} games generated for each round, never trained on before"
+    if args.dagger_fresh_from == 1:
+        return fresh
+    same = (f"{args.dagger_games} of" if args.dagger_games else "all") + " the same games"
+    return same + (f" (from round {args.dagger_fresh_from} on, {fresh})" if args.dagger_fresh_from else "")
+
+
 # ------------------------------------------------------------------ 2. collect (one process per harness)
 
 def collect_job(harness: str, teacher: str, games_root: str, out: str, n_games: int | None, max_steps: int,
@@ -548,19 +557,20 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     ev = args.out / "eval"
     label = {}
-    jobs = []
+    own, rest = [], []  # each student under its own harness; the other rows
     for name, ref in students.items():
         model = f"hf/{ckpt[name]}"
         mine = [(str(ev / f"{name}__under_{name}"), ref, model), (str(ev / f"{name}__under_{MINIMAL}"), MINIMAL, model),
                 (str(ev / f"random__under_{name}"), ref, RANDOM)]
         label.update({mine[0][0]: (f"student ({name})", name, name), mine[1][0]: (f"student ({name})", name, MINIMAL),
                       mine[2][0]: (RANDOM, "-", name)})
-        jobs += mine
-    jobs.append((str(ev / f"random__under_{MINIMAL}"), MINIMAL, RANDOM))
-    label[jobs[-1][0]] = (RANDOM, "-", MINIMAL)
+        own.append(mine[0])
+        rest += mine[1:]
+    rest.append((str(ev / f"random__under_{MINIMAL}"), MINIMAL, RANDOM))
+    label[rest[-1][0]] = (RANDOM, "-", MINIMAL)
     # two processes: each student's own-harness row leads one of them; the rest is dealt out in turn
     plans = [[], []]
-    for j in sorted(jobs, key=lambda j: label[j[0]][2] != label[j[0]][1] or label[j[0]][0] == RANDOM):
+    for j in own + rest:
         min(plans, key=len).append(j)
     with ProcessPoolExecutor(2, mp_context=ctx) as ex:
         futs = [ex.submit(eval_job, jobs, args.data, args.eval_games, args.eval_seed, args.max_steps, args.max_tokens,
@@ -586,12 +596,7 @@ def main(argv: list[str] | None = None) -> int:
                                                          if args.perturb else "") + ", "
                              f"{args.sft_steps} steps x batch {args.batch_size}"
                              + (f"; then {args.dagger_rounds} DAgger round(s): the student plays "
-                                + (f"{args.dagger_fresh_games} games generated for each round, never trained on "
-                                   "before" if args.dagger_fresh_from == 1 else
-                                   (f"{args.dagger_games} of" if args.dagger_games else "all") + " the same games"
-                                   + (f" (from round {args.dagger_fresh_from} on, {args.dagger_fresh_games} games "
-                                      f"generated for each round, never trained on before)" if args.dagger_fresh_from
-                                      else "")) + ", the teacher labels every state it reaches (its command runs with "
+                                + dagger_games_text(args) + ", the teacher labels every state it reaches (its command runs with "
                                 f"chance {args.dagger_executes}), {args.dagger_steps} more SFT steps on all rows"
                                 if args.dagger_rounds else ""),
         "pretrain_text": (f"{meta['pretrain']['steps']} steps x 8 x {meta['pretrain']['length']} tokens, loss "
