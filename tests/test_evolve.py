@@ -205,3 +205,30 @@ def test_mutation_steps_from_a_config_file_chain_mutations(alfworld_data, tmp_pa
         assert store.config()["mutation_steps"] == 2
     finally:
         store.close()
+
+
+def test_init_random_fills_generation_zero_as_random_search_draws(alfworld_data, tmp_path):
+    from harnevo.evolve.config import parse_config
+
+    assert "init" not in parse_config({}).to_json()  # runs made before the key keep their config hash
+    (tmp_path / "run.yaml").write_text("init: random\n")
+    run_dir = tmp_path / "walks"
+    args = [a for a in SMALL]
+    i = args.index("--generations")
+    del args[i:i + 2]
+    r = _cli("evolve", *args, "--episodes", "16", "--config", str(tmp_path / "run.yaml"), "--data", str(alfworld_data),
+             "--run-dir", str(run_dir))
+    assert r.returncode == 0, r.stderr[-3000:]
+    from harnevo.population.store import Store
+
+    store = Store.open(run_dir)
+    try:
+        fill = [row for row in store.harness_rows() if row["parents"] and row["generation"] == 0]
+        assert fill and {row["operator"] for row in fill} == {"random"}
+        assert store.config()["init"] == "random"
+    finally:
+        store.close()
+    (tmp_path / "bad.yaml").write_text("init: walks\n")
+    bad = _cli("evolve", *args, "--episodes", "16", "--config", str(tmp_path / "bad.yaml"), "--run-dir",
+               str(tmp_path / "x"))
+    assert bad.returncode == 2 and "init" in bad.stderr and not (tmp_path / "x").exists()

@@ -49,6 +49,9 @@ class EvolveConfig(BaseModel):
     mutation_prob: float = Field(1.0, ge=0.0, le=1.0, description="chance that a crossover child is mutated too")
     mutation_steps: int = Field(1, ge=1, le=8, description="mutations chained into each mutant (1: one operator, "
                                 "mostly one gene, per mutation)")
+    init: Literal["mutants", "random"] = Field("mutants", description="how generation 0 is filled beside the seeds "
+                                               "(evolve search): mutants of the seeds in turn, or random harnesses "
+                                               "drawn as --search random draws them")
     tournament_size: int = Field(3, ge=2, le=64, description="tournament size (single-objective selection)")
     elite: int = Field(2, ge=0, description="best candidates kept as they are (single-objective selection)")
     experience_lag: int = Field(16, ge=1, description="episode i reads lessons of episodes 0..i-lag")
@@ -112,13 +115,16 @@ class EvolveConfig(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         """The config as stored (and hashed) by the run; without a mutator its settings are left out, and
-        mutation_steps at its default 1, so runs made before they existed keep their config hash and resume."""
+        mutation_steps at its default 1 and init at its default, so runs made before they existed keep their config
+        hash and resume."""
         data = self.model_dump(mode="json")
         if self.mutator_model is None:
             for k in MUTATOR_KEYS:
                 data.pop(k)
         if self.mutation_steps == 1:
             data.pop("mutation_steps")
+        if self.init == "mutants":
+            data.pop("init")
         return data
 
 

@@ -651,7 +651,8 @@ def random_harness(rng: random.Random, seeds: Sequence[Harness], steps: int = 12
     """(a random valid harness, invalid tries) for `--search random`: a random walk of `steps` mutations
     from a seed drawn at random. Drawing every gene uniformly within its bounds would mostly give harnesses
     that cannot play (3 steps, 30,000-token replies, no observation block); the walk samples the space the
-    operators reach, so random search differs from evolution only by selection."""
+    operators reach. An evolution run with `init: random` fills its generation 0 with these too, so that
+    from there on it differs from random search by selection and variation only."""
     if not seeds:
         raise ValueError("random_harness needs at least one seed")
     if steps < 0:
