@@ -184,51 +184,49 @@ def test_an_episode_budget_is_never_passed(alfworld_data, tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["stopped_by_budget"] is True
 
 
-def test_mutation_steps_from_a_config_file_chain_mutations(alfworld_data, tmp_path):
-    from harnevo.evolve.config import parse_config
-
-    assert "mutation_steps" not in parse_config({}).to_json()  # runs made before the key keep their config hash
-    (tmp_path / "run.yaml").write_text("mutation_steps: 2\n")
-    run_dir = tmp_path / "chained"
+def _config_file_run(alfworld_data, tmp_path: Path, config_text: str, name: str, episodes: int = 16):
+    """SMALL with an episode budget instead of generations and `config_text` as --config; (run dir, result)."""
     args = [a for a in SMALL]
     i = args.index("--generations")
     del args[i:i + 2]
-    r = _cli("evolve", *args, "--episodes", "16", "--config", str(tmp_path / "run.yaml"), "--data", str(alfworld_data),
-             "--run-dir", str(run_dir))
-    assert r.returncode == 0, r.stderr[-3000:]
+    (tmp_path / f"{name}.yaml").write_text(config_text)
+    run_dir = tmp_path / name
+    r = _cli("evolve", *args, "--episodes", str(episodes), "--config", str(tmp_path / f"{name}.yaml"),
+             "--data", str(alfworld_data), "--run-dir", str(run_dir))
+    return run_dir, r
+
+
+def _harness_rows_and_config(run_dir: Path) -> tuple[list[dict], dict]:
     from harnevo.population.store import Store
 
     store = Store.open(run_dir)
     try:
-        mutants = [row for row in store.harness_rows() if row["parents"]]
-        assert mutants and all(len(row["operator"].split("+")) >= 2 for row in mutants)
-        assert store.config()["mutation_steps"] == 2
+        return store.harness_rows(), store.config()
     finally:
         store.close()
+
+
+def test_mutation_steps_from_a_config_file_chain_mutations(alfworld_data, tmp_path):
+    from harnevo.evolve.config import parse_config
+
+    assert "mutation_steps" not in parse_config({}).to_json()  # runs made before the key keep their config hash
+    run_dir, r = _config_file_run(alfworld_data, tmp_path, "mutation_steps: 2\n", "chained")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows, config = _harness_rows_and_config(run_dir)
+    mutants = [row for row in rows if row["parents"]]
+    assert mutants and all(len(row["operator"].split("+")) >= 2 for row in mutants)
+    assert config["mutation_steps"] == 2
 
 
 def test_init_random_fills_generation_zero_as_random_search_draws(alfworld_data, tmp_path):
     from harnevo.evolve.config import parse_config
 
     assert "init" not in parse_config({}).to_json()  # runs made before the key keep their config hash
-    (tmp_path / "run.yaml").write_text("init: random\n")
-    run_dir = tmp_path / "walks"
-    args = [a for a in SMALL]
-    i = args.index("--generations")
-    del args[i:i + 2]
-    r = _cli("evolve", *args, "--episodes", "16", "--config", str(tmp_path / "run.yaml"), "--data", str(alfworld_data),
-             "--run-dir", str(run_dir))
+    run_dir, r = _config_file_run(alfworld_data, tmp_path, "init: random\n", "walks")
     assert r.returncode == 0, r.stderr[-3000:]
-    from harnevo.population.store import Store
-
-    store = Store.open(run_dir)
-    try:
-        fill = [row for row in store.harness_rows() if row["parents"] and row["generation"] == 0]
-        assert fill and {row["operator"] for row in fill} == {"random"}
-        assert store.config()["init"] == "random"
-    finally:
-        store.close()
-    (tmp_path / "bad.yaml").write_text("init: walks\n")
-    bad = _cli("evolve", *args, "--episodes", "16", "--config", str(tmp_path / "bad.yaml"), "--run-dir",
-               str(tmp_path / "x"))
-    assert bad.returncode == 2 and "init" in bad.stderr and not (tmp_path / "x").exists()
+    rows, config = _harness_rows_and_config(run_dir)
+    fill = [row for row in rows if row["parents"] and row["generation"] == 0]
+    assert fill and {row["operator"] for row in fill} == {"random"}
+    assert config["init"] == "random"
+    bad_dir, bad = _config_file_run(alfworld_data, tmp_path, "init: walks\n", "bad")
+    assert bad.returncode == 2 and "init" in bad.stderr and not bad_dir.exists()
