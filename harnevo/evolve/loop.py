@@ -121,9 +121,9 @@ class Evolution:
         ids = list(dict.fromkeys(h.behaviour_id for h in seeds))
         fill: list[Harness] = []
         tries = 0
+        mutants = self.cfg.search == "evolve" and self.cfg.init == "mutants"  # else random search's draws
         while len(ids) + len(fill) < self.cfg.population and tries < 50 * self.cfg.population:
             tries += 1
-            mutants = self.cfg.search == "evolve" and self.cfg.init == "mutants"
             parent = seeds[len(fill) % len(seeds)] if mutants else None
             child = self._random_child() if parent is None else await self._mutate(parent, 0)
             if child.harness.behaviour_id in ids or any(c.behaviour_id == child.harness.behaviour_id for c in fill):
