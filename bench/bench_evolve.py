@@ -12,6 +12,9 @@ Runs (each in its own folder under --out, resumable):
   C  --search random with A's episode budget
   D  seeds react alone x --weak-model (a weaker simulated agent), racing on
   E  --search random from react alone x --weak-model with D's episode budget (where success does not saturate)
+  F  D with `init: random` (generation 0 drawn as E draws it) and E's episode budget
+  G  F with --no-racing, for the generations F completed: with E, the racing / no-racing / random trio on the
+     weaker agent, where success does not saturate (on --model every search's best wins every held-out game)
 Then every front member of A and the seeds are played on the held-out split (frozen banks learned on the
 train games), and the best harness of A, B, C, D against their seeds. Every number names the model, the
 games, n and its CI; sim/... models are simulated agents written to read the panels a harness renders."""
@@ -119,13 +122,21 @@ def main() -> None:
     if "E" not in skip and "D" in runs:
         runs["E"] = evolve("E_random_weak", args, seeds="react", model=args.weak_model, search="random",
                            generations=None, episodes=runs["D"]["episodes_in_store"])
+    if "F" not in skip and "D" in runs:
+        runs["F"] = evolve("F_react_weak_init_random", args, seeds="react", model=args.weak_model, init="random",
+                           generations=None, episodes=runs["D"]["episodes_in_store"])
+    if "G" not in skip and "F" in runs:
+        runs["G"] = evolve("G_react_weak_no_racing", args, seeds="react", model=args.weak_model, init="random",
+                           racing=False, generations=runs["F"]["generations"])
 
     print(f"\n## Evolution runs ({args.games} {args.split} games, population {args.population}, seed {args.seed})\n")
     print("| run | model | search | wall s | episodes played | episodes/s | saved by racing | store ms / episode "
           "| store share of episode time | best (train) |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
     labels = {"A": "evolve, racing", "B": "evolve, no racing", "C": "random search (A's episodes)",
-              "D": "evolve from react, racing", "E": "random search from react (D's episodes)"}
+              "D": "evolve from react, racing", "E": "random search from react (D's episodes)",
+              "F": "evolve from react, init random, racing (E's episodes)",
+              "G": "evolve from react, init random, no racing (F's generations)"}
     for k, s in runs.items():
         best = next(r for r in s["front"] if r["behaviour_id"] == s["best"])
         share = s["store_seconds_per_episode"] / max(1e-9, s["episode_seconds_mean"])
@@ -140,11 +151,14 @@ def main() -> None:
 
     seeds = {h: normalize(load_harness(h)).behaviour_id for h in ("react", "bpe_always_on", "bpe_inline")}
     run_dirs = {"A": args.out / "A_racing", "B": args.out / "B_no_racing", "C": args.out / "C_random",
-                "D": args.out / "D_react_weak", "E": args.out / "E_random_weak"}
+                "D": args.out / "D_react_weak", "E": args.out / "E_random_weak",
+                "F": args.out / "F_react_weak_init_random", "G": args.out / "G_react_weak_no_racing"}
     if "A" in runs:
         held_out_strong(runs, seeds, run_dirs, args)
     if "D" in runs:
         held_out_weak(runs, seeds, run_dirs, args)
+    if {"E", "F", "G"} <= set(runs):
+        weak_trio(runs, run_dirs, args)
     (args.out / "bench_evolve.json").write_text(json.dumps({k: v for k, v in runs.items()}, indent=1, default=str))
 
 
@@ -212,6 +226,29 @@ def held_out_weak(runs: dict, seeds: dict, run_dirs: dict, args) -> None:
               f"{e['tokens_per_episode']:.0f} tokens/episode (evolved best: {b['tokens_per_episode']:.0f}); "
               f"{'lower than the evolved best, the intervals apart' if lower else 'intervals overlap the evolved best'}")
     print("genes it changed: " + "; ".join(f"{g}: {v[0]!r} -> {v[1]!r}" for g, v in genes.items()))
+
+
+def weak_trio(runs: dict, run_dirs: dict, args) -> None:
+    """Racing (F), no racing (G) and random search (E) side by side on the held-out split, weaker agent."""
+    trio = {"F": "evolve, racing", "G": "evolve, no racing", "E": "random search, F's episode budget"}
+    ho = asyncio.run(held_out(run_dirs, {k: [runs[k]["best"]] for k in trio}, args, args.weak_model))
+    print(f"\n## Racing, no racing, random search: from react, init random, weaker agent {args.weak_model} "
+          f"(simulated), {ho['games']} {args.held_out} games, banks frozen; Wilson 95% CI over games\n")
+    print("| run | search | episodes in the store | saved by racing | best | success [CI] | tokens / episode |")
+    print("|---|---|---:|---:|---|---:|---:|")
+    res = {k: ho["results"][(k, runs[k]["best"])] for k in trio}
+    for k, label in trio.items():
+        s = res[k]
+        print(f"| {k} | {label} | {runs[k]['episodes_in_store']} | {runs[k]['episodes_saved_by_racing']} | "
+              f"`{runs[k]['best']}` | {fmt(s)} | {s['tokens_per_episode']:.0f} |")
+    ratio = runs["G"]["episodes_in_store"] / max(1, runs["F"]["episodes_in_store"])
+    gap = 100 * (res["G"]["success_rate"] - res["F"]["success_rate"])
+    e, f = res["E"], res["F"]
+    print(f"\nno racing played {ratio:.2f}x racing's episodes (at least 1.8x: {'yes' if ratio >= 1.8 else 'no'}); "
+          f"its best {gap:+.1f} points from racing's (within 5: {'yes' if abs(gap) <= 5 else 'no'}); random search's "
+          f"best {100 * (e['success_rate'] - f['success_rate']):+.1f} points from racing's (lower: "
+          f"{'yes' if e['success_rate'] < f['success_rate'] else 'no'}; "
+          f"{'intervals apart' if e['ci95'][1] < f['ci95'][0] else 'intervals overlap'})")
 
 
 if __name__ == "__main__":

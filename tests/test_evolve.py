@@ -184,6 +184,34 @@ def test_an_episode_budget_is_never_passed(alfworld_data, tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["stopped_by_budget"] is True
 
 
+def test_racing_savings_of_a_generation_the_budget_cuts_count_as_after_a_resume(alfworld_data, tmp_path):
+    """SMALL's generation 2 races two of its four candidates out after the minibatch (63 episodes in all, 6 of
+    them saved in generation 2): a budget of 62 cuts that generation short. It is not saved, so its savings are
+    not counted either: the run reports what its last saved generation holds, as a resumed run does."""
+    args = [a for a in SMALL]
+    i = args.index("--generations")
+    del args[i:i + 2]
+    run_dir = tmp_path / "cut"
+    r = _cli("evolve", *args, "--episodes", "62", "--data", str(alfworld_data), "--run-dir", str(run_dir))
+    assert r.returncode == 0, r.stderr[-3000:]
+    live = json.loads((run_dir / "summary.json").read_text())
+    from harnevo.population.store import Store
+
+    store = Store.open(run_dir)
+    try:
+        last = store.last_generation()
+        assert (last["generation"], store.episode_count()) == (1, 62)
+    finally:
+        store.close()
+    assert live["stopped_by_budget"] is True
+    assert live["episodes_saved_by_racing"] == last["stats"]["saved_by_racing"] == 3
+    r = _cli("resume", str(run_dir))
+    assert r.returncode == 0, r.stderr[-3000:]
+    resumed = json.loads((run_dir / "summary.json").read_text())
+    assert resumed["episodes_saved_by_racing"] == live["episodes_saved_by_racing"]
+    assert resumed["episodes_in_store"] == live["episodes_in_store"] == 62
+
+
 def _config_file_run(alfworld_data, tmp_path: Path, config_text: str, name: str, episodes: int = 16):
     """SMALL with an episode budget instead of generations and `config_text` as --config; (run dir, result)."""
     args = [a for a in SMALL]

@@ -65,10 +65,13 @@ class Evolution:
     async def _evaluate(self, hs: list[Harness], bar: Bar | None) -> None:
         got = await self.ev.evaluate_all(hs, bar)
         total = len(self.ev.order)
+        saved = 0
         for bid, s in got.items():
             self.stats[bid] = s.as_dict()
             if s.stopped_early:
-                self.saved_by_racing += total - s.games - s.infra_errors
+                saved += total - s.games - s.infra_errors
+        if not self.ev.stopped_by_budget:  # a generation the budget cuts short is not saved and a resume with a
+            self.saved_by_racing += saved  # larger budget replays it: its savings count there, once
 
     def _register(self, child, generation: int) -> Harness:
         self.store.add_harness(child.harness, parents=list(child.parents), operator=child.operator,
