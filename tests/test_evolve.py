@@ -166,12 +166,17 @@ def test_population_commands(uninterrupted, tmp_path):
     assert r.returncode == 0 and f"# behaviour_id: {best}" in r.stdout, r.stderr
 
 
-def test_an_episode_budget_is_never_passed(alfworld_data, tmp_path):
-    run_dir = tmp_path / "budget"
+def _small_with_episodes(n: int) -> list[str]:
+    """SMALL with an episode budget of `n` in place of its generations."""
     args = [a for a in SMALL]
     i = args.index("--generations")
     del args[i:i + 2]
-    r = _cli("evolve", *args, "--episodes", "20", "--data", str(alfworld_data), "--run-dir", str(run_dir))
+    return [*args, "--episodes", str(n)]
+
+
+def test_an_episode_budget_is_never_passed(alfworld_data, tmp_path):
+    run_dir = tmp_path / "budget"
+    r = _cli("evolve", *_small_with_episodes(20), "--data", str(alfworld_data), "--run-dir", str(run_dir))
     assert r.returncode == 0, r.stderr[-3000:]
     from harnevo.population.store import Store
 
@@ -188,11 +193,8 @@ def test_racing_savings_of_a_generation_the_budget_cuts_count_as_after_a_resume(
     """SMALL's generation 2 races two of its four candidates out after the minibatch (63 episodes in all, 6 of
     them saved in generation 2): a budget of 62 cuts that generation short. It is not saved, so its savings are
     not counted either: the run reports what its last saved generation holds, as a resumed run does."""
-    args = [a for a in SMALL]
-    i = args.index("--generations")
-    del args[i:i + 2]
     run_dir = tmp_path / "cut"
-    r = _cli("evolve", *args, "--episodes", "62", "--data", str(alfworld_data), "--run-dir", str(run_dir))
+    r = _cli("evolve", *_small_with_episodes(62), "--data", str(alfworld_data), "--run-dir", str(run_dir))
     assert r.returncode == 0, r.stderr[-3000:]
     live = json.loads((run_dir / "summary.json").read_text())
     from harnevo.population.store import Store
@@ -214,12 +216,9 @@ def test_racing_savings_of_a_generation_the_budget_cuts_count_as_after_a_resume(
 
 def _config_file_run(alfworld_data, tmp_path: Path, config_text: str, name: str, episodes: int = 16):
     """SMALL with an episode budget instead of generations and `config_text` as --config; (run dir, result)."""
-    args = [a for a in SMALL]
-    i = args.index("--generations")
-    del args[i:i + 2]
     (tmp_path / f"{name}.yaml").write_text(config_text)
     run_dir = tmp_path / name
-    r = _cli("evolve", *args, "--episodes", str(episodes), "--config", str(tmp_path / f"{name}.yaml"),
+    r = _cli("evolve", *_small_with_episodes(episodes), "--config", str(tmp_path / f"{name}.yaml"),
              "--data", str(alfworld_data), "--run-dir", str(run_dir))
     return run_dir, r
 
