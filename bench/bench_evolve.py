@@ -43,16 +43,18 @@ from harnevo.population.store import Store  # noqa: E402
 from harnevo.runtime.evaluate import evaluate  # noqa: E402
 
 WEAK = "sim/bounded?lapse=0.4&knowledge=0&forget_per_1k=2"  # react: 45% [31-60] on 40 valid_seen games
+FOLDERS = {"A": "A_racing", "B": "B_no_racing", "C": "C_random", "D": "D_react_weak", "E": "E_random_weak",
+           "F": "F_react_weak_init_random", "G": "G_react_weak_no_racing"}  # each run's folder under --out
 
 
-def evolve(name: str, args, **overrides) -> dict:
+def evolve(run: str, args, **overrides) -> dict:
     cfg = parse_config({"model": args.model, "seeds": "react,bpe_always_on,bpe_inline", "split": args.split,
                         "games": args.games, "data": str(args.data) if args.data else None,
                         "population": args.population, "generations": args.generations, "seed": args.seed,
                         "concurrency": args.concurrency, "max_steps": args.max_steps,
                         "mutation_steps": args.mutation_steps, **overrides})
     t0 = time.perf_counter()
-    summary = run_evolve(cfg, args.out / name)
+    summary = run_evolve(cfg, args.out / FOLDERS[run])
     summary["bench_wall"] = time.perf_counter() - t0
     return summary
 
@@ -111,22 +113,22 @@ def main() -> None:
 
     runs: dict[str, dict] = {}
     if "A" not in skip:
-        runs["A"] = evolve("A_racing", args)
+        runs["A"] = evolve("A", args)
     if "B" not in skip:
-        runs["B"] = evolve("B_no_racing", args, racing=False)
+        runs["B"] = evolve("B", args, racing=False)
     if "C" not in skip and "A" in runs:
-        runs["C"] = evolve("C_random", args, search="random", generations=None,
+        runs["C"] = evolve("C", args, search="random", generations=None,
                            episodes=runs["A"]["episodes_in_store"])
     if "D" not in skip:
-        runs["D"] = evolve("D_react_weak", args, seeds="react", model=args.weak_model)
+        runs["D"] = evolve("D", args, seeds="react", model=args.weak_model)
     if "E" not in skip and "D" in runs:
-        runs["E"] = evolve("E_random_weak", args, seeds="react", model=args.weak_model, search="random",
+        runs["E"] = evolve("E", args, seeds="react", model=args.weak_model, search="random",
                            generations=None, episodes=runs["D"]["episodes_in_store"])
     if "F" not in skip and "D" in runs:
-        runs["F"] = evolve("F_react_weak_init_random", args, seeds="react", model=args.weak_model, init="random",
+        runs["F"] = evolve("F", args, seeds="react", model=args.weak_model, init="random",
                            generations=None, episodes=runs["D"]["episodes_in_store"])
     if "G" not in skip and "F" in runs:
-        runs["G"] = evolve("G_react_weak_no_racing", args, seeds="react", model=args.weak_model, init="random",
+        runs["G"] = evolve("G", args, seeds="react", model=args.weak_model, init="random",
                            racing=False, generations=runs["F"]["generations"])
 
     print(f"\n## Evolution runs ({args.games} {args.split} games, population {args.population}, seed {args.seed})\n")
@@ -150,9 +152,7 @@ def main() -> None:
               f"{100 * best['success']:.1f}% over {best['games']} |")
 
     seeds = {h: normalize(load_harness(h)).behaviour_id for h in ("react", "bpe_always_on", "bpe_inline")}
-    run_dirs = {"A": args.out / "A_racing", "B": args.out / "B_no_racing", "C": args.out / "C_random",
-                "D": args.out / "D_react_weak", "E": args.out / "E_random_weak",
-                "F": args.out / "F_react_weak_init_random", "G": args.out / "G_react_weak_no_racing"}
+    run_dirs = {k: args.out / folder for k, folder in FOLDERS.items()}
     if "A" in runs:
         held_out_strong(runs, seeds, run_dirs, args)
     if "D" in runs:
