@@ -236,3 +236,39 @@ def test_raced_out_candidates_do_not_survive(objectives):
     evo.stats["full_e"] = _cand(0.5, 9500, 48, False)  # more full evaluations than places: the worst goes
     kept = evo._select(sorted(evo.stats))
     assert sorted(kept) == ["full_a", "full_b", "full_c", "full_d"]
+
+
+@pytest.mark.parametrize("racing", [False, True])
+def test_full_evaluations_below_the_floor_do_not_survive_with_or_without_racing(racing):
+    """A cheap harness that gives up early plays every game (no racing, or racing let it through) and ends far
+    below the front: NSGA-II alone would keep it as the front's cheap end; the floor drops it in both modes."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from harnevo.evolve.candidates import Bar, CandidateStats
+    from harnevo.evolve.config import parse_config
+    from harnevo.evolve.loop import Evolution, fitness_of
+
+    def played(bid: str, wins: int, tokens: float) -> CandidateStats:
+        return CandidateStats(bid, games=48, successes=wins, tokens=tokens * 48, complete=True)
+
+    class Evaluator:  # the statistics the evaluator hands back after every game was played
+        order = [None] * 48
+        stopped_by_budget = False
+
+        async def evaluate_all(self, hs, bar):
+            return {h.behaviour_id: results[h.behaviour_id] for h in hs}
+
+    results = {"quitter": played("quitter", 10, 1500.0), "good": played("good", 46, 8500.0)}
+    cfg = parse_config({"model": "sim/bounded", "population": 4, "objectives": ["success", "tokens"],
+                        "racing": racing})
+    evo = Evolution(cfg, store=None, evaluator=Evaluator(), seeds=[])
+    evo.stats = {"full_a": _cand(1.0, 9000, 48, False), "full_b": _cand(0.96, 8000, 48, False),
+                 "full_c": _cand(0.93, 9500, 48, False)}
+    bar = Bar.of_front([(1.0, lambda n: {"tokens": 9000.0}), (0.96, lambda n: {"tokens": 8000.0})], margin=0.1)
+    asyncio.run(evo._evaluate([SimpleNamespace(behaviour_id=b) for b in results], bar))
+    assert evo.stats["quitter"]["below_floor"] and not evo.stats["good"]["below_floor"]  # floor 0.9
+    ids = sorted(evo.stats)
+    plain = evo.toolbox.select_survivors(ids, {b: fitness_of(evo.stats[b], cfg.objectives) for b in ids}, 4)
+    assert "quitter" in plain  # the cheapest: on the front, kept by NSGA-II in place of full_c
+    assert sorted(evo._select(ids)) == ["full_a", "full_b", "full_c", "good"]

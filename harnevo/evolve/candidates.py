@@ -13,6 +13,9 @@ on which candidate finished first):
              (with `objectives: [success]` every member counts, so it must be able to beat the best);
   floor      and, however cheap it is, the upper bound must reach the front's best success less
              `race_margin` (default 0.1): a cheap candidate far below the best is not worth all the games.
+The floor is also a selection rule, raced or not: a candidate that played every game and ended below it
+does not survive (`Evolution._select`), so racing changes how many episodes are played, not who survives
+(up to its statistical early stops).
 
 Episodes already in the store are never played again (a resumed run, or a child whose behaviour id was
 seen before); `infra_error` episodes are played again and never counted."""
@@ -76,6 +79,11 @@ class Bar:
     def of_front(cls, members: list[tuple[float, Callable[[int], dict[str, float]]]], margin: float) -> "Bar":
         best = max((s for s, _ in members), default=0.0)
         return cls(members, max(0.0, best - margin))
+
+    def below_floor(self, success: float) -> bool:
+        """Whether a success over every game falls below the floor (`Evolution._select` drops such
+        candidates, raced or not)."""
+        return success < self.floor - 1e-12
 
     def dominating(self, costs: dict[str, float], played: int) -> float | None:
         """Best success among front members at most as costly as `costs` (a candidate's, after `played`

@@ -4,7 +4,8 @@ Generation 0: the seeds, evaluated on every game, then mutants of the seeds (rac
 is full. Each later generation: offspring by crossover and mutation (DEAP toolbox, one `random.Random`
 from the run's seed), evaluated together (racing against the front at the start of the generation), then
 selection (NSGA-II over the objectives, or tournament with elitism for `success` alone) over parents and
-offspring, raced-out candidates excluded (`Evolution._select`). After every generation the population,
+offspring, raced-out candidates and those that ended below the floor excluded (`Evolution._select`), with or
+without racing: racing decides early what full evaluation decides at the end. After every generation the population,
 the front, the statistics and the RNG state are saved in the store in one transaction; every episode was
 committed as it finished.
 
@@ -63,11 +64,14 @@ class Evolution:
         return Bar.of_front(members, self.cfg.race_margin)
 
     async def _evaluate(self, hs: list[Harness], bar: Bar | None) -> None:
+        """Play `hs` (raced against `bar` when the run races) and record their statistics; a candidate that
+        played every game and ended below the bar's floor is marked `below_floor` (see `_select`)."""
         got = await self.ev.evaluate_all(hs, bar)
         total = len(self.ev.order)
         saved = 0
         for bid, s in got.items():
-            self.stats[bid] = s.as_dict()
+            below = bar is not None and s.complete and bar.below_floor(s.success)
+            self.stats[bid] = {**s.as_dict(), "below_floor": below}
             if s.stopped_early:
                 saved += total - s.games - s.infra_errors
         if not self.ev.stopped_by_budget:  # a generation the budget cuts short is not saved and a resume with a
@@ -98,7 +102,7 @@ class Evolution:
             self.on_event("resumed", {"generation": gen})
         while not self._should_stop(gen):
             gen += 1
-            bar = self._bar(front) if self.cfg.racing else None
+            bar = self._bar(front)  # racing plays against it; without racing, only its floor counts (_select)
             offspring = await self._offspring(population, gen)
             self.on_event("generation_start", {"generation": gen, "candidates": len(offspring)})
             await self._evaluate(offspring, bar)
@@ -132,8 +136,7 @@ class Evolution:
             if child.harness.behaviour_id in ids or any(c.behaviour_id == child.harness.behaviour_id for c in fill):
                 continue
             fill.append(self._register(child, 0))
-        bar = self._bar(self._front(ids)) if self.cfg.racing else None
-        await self._evaluate(fill, bar)
+        await self._evaluate(fill, self._bar(self._front(ids)))
         return ids + [h.behaviour_id for h in fill]
 
     def _random_child(self):
@@ -188,9 +191,15 @@ class Evolution:
         around the elites), so the population may hold fewer than `population` harnesses while few have
         been promoted. Racing stopped those because they could not join the front, and their statistics
         cover the first games of the race order only: ranked beside full evaluations, a cheap failing
-        minibatch looks like a trade-off, and as parents they breed from harnesses that already lost."""
+        minibatch looks like a trade-off, and as parents they breed from harnesses that already lost.
+        The same holds for a candidate that played every game and ended below the floor of its generation's
+        bar (the front's best success less `race_margin`), with or without racing: racing only decides
+        early what the full evaluation decides at the end, so `--no-racing` changes the episodes played,
+        not the rule. (Without it, NSGA-II keeps cheap failures as the front's low-cost end: harnesses
+        that give up within a few steps fill the population; see README, *Racing*.)"""
         fitness = {b: fitness_of(self.stats[b], self.cfg.objectives) for b in ids}
-        full = [b for b in ids if not self.stats[b].get("stopped_early")] or ids
+        out = [b for b in ids if self.stats[b].get("stopped_early") or self.stats[b].get("below_floor")]
+        full = [b for b in ids if b not in out] or ids
         return list(self.toolbox.select_survivors(full, fitness, min(self.cfg.population, len(full))))
 
     def _should_stop(self, gen: int) -> bool:

@@ -135,6 +135,8 @@ def _state_of(c: dict[str, Any]) -> str:
         return "games so far"
     if c["stopped_early"]:
         return "raced out"
+    if c.get("below_floor"):
+        return "all games, below the floor"
     return "all games" if c["complete"] else "incomplete"
 
 

@@ -28,7 +28,8 @@ def print_population(store) -> None:
         if s:
             lo, hi = s["ci95"]
             score = f"{100 * s['success']:.1f}% [{100 * lo:.0f}-{100 * hi:.0f}]"
-            games = str(s["games"]) + ("" if s["complete"] else " (raced out)" if s["stopped_early"] else "")
+            games = str(s["games"]) + (" (below the floor)" if s.get("below_floor") else "" if s["complete"]
+                                       else " (raced out)" if s["stopped_early"] else "")
             tokens = f"{s['tokens_per_episode']:.0f}"
         state = "front" if bid in front else "alive" if bid in alive else ""
         table.add_row(bid, escape(r["name"]), str(r["generation"]), escape(r["operator"]),

@@ -206,7 +206,8 @@ def _candidate(bid: str, stats: dict, by_id: dict, best: str | None, seeds: list
             "best": bid == best, "success": s["success"], "ci95": list(s["ci95"]), "games": s["games"],
             "tokens_per_episode": s.get("tokens_per_episode", 0.0), "cost_per_episode": s.get("cost_per_episode", 0.0),
             "meta_per_episode": s.get("meta_per_episode", 0.0), "complete": bool(s.get("complete")),
-            "stopped_early": bool(s.get("stopped_early")), "in_progress": bool(s.get("in_progress")),
+            "stopped_early": bool(s.get("stopped_early")), "below_floor": bool(s.get("below_floor")),
+            "in_progress": bool(s.get("in_progress")),
             "infra_errors": int(s.get("infra_errors", 0))}
 
 
