@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from harnevo.envs.games import Game
 from harnevo.errors import BudgetExhausted
-from harnevo.evolve.racing import RacePlan, should_continue
+from harnevo.evolve.racing import EPS, RacePlan, should_continue
 from harnevo.harness.experience import ExperienceBank
 from harnevo.harness.spec import Harness
 from harnevo.runtime.bankorder import BankSchedule
@@ -82,15 +82,15 @@ class Bar:
 
     def below_floor(self, success: float) -> bool:
         """Whether a success over every game falls below the floor (`Evolution._select` drops such
-        candidates, raced or not)."""
-        return success < self.floor - 1e-12
+        candidates, raced or not): the complement of racing's floor check, with its tolerance."""
+        return success < self.floor - EPS
 
     def dominating(self, costs: dict[str, float], played: int) -> float | None:
         """Best success among front members at most as costly as `costs` (a candidate's, after `played`
         games) on every cost objective over the same games (None when the candidate is cheaper than every
         member on some objective)."""
         found = [success for success, costs_at in self.members
-                 if all(costs_at(played).get(k, 0.0) <= v + 1e-12 for k, v in costs.items())]
+                 if all(costs_at(played).get(k, 0.0) <= v + EPS for k, v in costs.items())]
         return max(found) if found else None
 
     def should_continue(self, successes: int, played: int, total: int, costs: dict[str, float]) -> bool:

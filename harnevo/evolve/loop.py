@@ -198,8 +198,8 @@ class Evolution:
         not the rule. (Without it, NSGA-II keeps cheap failures as the front's low-cost end: harnesses
         that give up within a few steps fill the population; see README, *Racing*.)"""
         fitness = {b: fitness_of(self.stats[b], self.cfg.objectives) for b in ids}
-        out = [b for b in ids if self.stats[b].get("stopped_early") or self.stats[b].get("below_floor")]
-        full = [b for b in ids if b not in out] or ids
+        full = [b for b in ids if not (self.stats[b].get("stopped_early") or self.stats[b].get("below_floor"))]
+        full = full or ids
         return list(self.toolbox.select_survivors(full, fitness, min(self.cfg.population, len(full))))
 
     def _should_stop(self, gen: int) -> bool:
